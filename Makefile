@@ -1,0 +1,41 @@
+# lmstudy: every command creates (or reuses) the local virtualenv .venv by itself.
+#   make demo    set up, then run the main job
+#   make test    set up, then run the tests (what CI runs through .ci/run)
+#   make lab     set up, then open JupyterLab on the notebooks with the lmstudy kernel
+#   make bench   set up, then run the speed benchmarks in benchmarks/
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+# A plain `pip install torch` pulls a multi-GB CUDA build; 2.13.0 is what we test with (CPU wheel here).
+TORCH_SPEC ?= torch==2.13.0
+STAMP := $(VENV)/.lmstudy-installed
+export MPLBACKEND ?= agg
+
+.PHONY: setup demo test lab bench data-verify clean-venv
+
+$(STAMP): pyproject.toml constraints.txt
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q "$(TORCH_SPEC)"
+	$(PY) -m pip install -q -e ".[dev]" -c constraints.txt
+	touch $(STAMP)
+
+setup: $(STAMP)
+
+demo: setup
+	$(PY) -m lmstudy study quickstart --scale smoke
+
+test: setup
+	$(PY) -m pytest -q --nbval-lax --nbval-current-env tests notebooks
+
+lab: setup
+	$(PY) -m ipykernel install --sys-prefix --name lmstudy --display-name "Python (lmstudy)"
+	cd notebooks && ../$(PY) -m jupyter lab
+
+bench: setup
+	for script in benchmarks/bench_*.py; do $(PY) $$script || exit 1; done
+
+data-verify: setup
+	$(PY) -m lmstudy data verify
+
+clean-venv:
+	rm -rf $(VENV)

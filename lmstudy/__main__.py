@@ -1,0 +1,72 @@
+"""The lmstudy command line: ``python -m lmstudy COMMAND ...`` (or ``lmstudy COMMAND``).
+
+Commands:
+  data list | verify [NAMES] | fetch NAME | stats    the corpus catalogue (lmstudy.data)
+  study NAME --scale smoke|cpu|paper [-p KEY VALUE]  run a study notebook with papermill
+
+Every command has ``--help``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+
+def _add_data_command(subparsers) -> None:
+    from lmstudy.data import cli as data_cli
+    from lmstudy.data import stats as data_stats
+
+    data = subparsers.add_parser("data", help="list, verify, fetch corpora; rare-word statistics")
+    data_commands = data.add_subparsers(dest="data_command", required=True, metavar="SUBCOMMAND")
+    data_cli.register(data_commands)
+    data_stats.register(data_commands)
+
+
+def _add_study_command(subparsers) -> None:
+    from lmstudy.scales import SCALES
+
+    study = subparsers.add_parser(
+        "study",
+        help="run a study notebook at a scale with papermill",
+        description="Execute notebooks/NAME.ipynb with its scale preset (lmstudy/scales.py) plus overrides; "
+        "the executed notebook goes to runs/notebooks/NAME-SCALE.ipynb, figures to figures/.",
+    )
+    study.add_argument("name", help="notebook name, e.g. 00_quickstart or quickstart")
+    study.add_argument("--scale", choices=SCALES, default="smoke")
+    study.add_argument(
+        "-p", "--parameter", nargs=2, action="append", default=[], metavar=("KEY", "VALUE"),
+        help="override one parameter (value parsed as YAML: 3, 1e-3, true, text)",
+    )
+    study.set_defaults(handler=_run_study)
+
+
+def _run_study(args) -> int:
+    from lmstudy.notebook_runner import parse_overrides, run_study
+
+    output = run_study(args.name, scale=args.scale, overrides=parse_overrides(args.parameter))
+    print(f"executed notebook: {output}")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="lmstudy", description=__doc__.split("\n\n")[0])
+    subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    _add_data_command(subparsers)
+    _add_study_command(subparsers)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return int(args.handler(args) or 0)
+    except (KeyError, ValueError, FileNotFoundError) as error:
+        # Bad input: one clear line, not a traceback.
+        message = error.args[0] if error.args else str(error)
+        print(f"lmstudy: error: {message}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

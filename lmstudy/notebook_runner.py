@@ -1,0 +1,62 @@
+"""Run a study notebook with papermill at a given scale.
+
+``python -m lmstudy study NAME --scale cpu -p key value`` lands here: the notebook
+``notebooks/NAME.ipynb`` is executed with its scale preset (``lmstudy.scales``) plus any
+overrides, the executed copy is written to ``runs/notebooks/NAME-SCALE.ipynb`` and the notebook
+itself writes its figures (``lmstudy.paths.figures_dir(scale)``).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import yaml
+
+from lmstudy.paths import notebooks_dir, runs_dir
+from lmstudy.scales import SCALES, preset
+
+
+def find_notebook(name: str) -> Path:
+    """``00_quickstart``, ``quickstart`` or a path -> the notebook file."""
+    candidates = sorted(notebooks_dir().glob("*.ipynb"))
+    for path in candidates:
+        stem = path.stem
+        if name in (stem, path.name, stem.split("_", 1)[-1]):
+            return path
+    names = ", ".join(p.stem for p in candidates) or "(none)"
+    raise FileNotFoundError(f"no study notebook named {name!r} in {notebooks_dir()}; studies: {names}")
+
+
+def parse_overrides(pairs: list[tuple[str, str]]) -> dict:
+    """``-p key value`` pairs -> typed values (YAML scalars: 3 -> int, 1e-3 -> float, true -> bool)."""
+    return {key: yaml.safe_load(value) for key, value in pairs}
+
+
+def run_study(name: str, scale: str = "smoke", overrides: dict | None = None, output: Path | None = None) -> Path:
+    """Execute a study notebook at ``scale``; returns the path of the executed notebook."""
+    import papermill
+
+    if scale not in SCALES:
+        raise ValueError(f"unknown scale {scale!r}; choose one of {', '.join(SCALES)}")
+    notebook = find_notebook(name)
+    declared = papermill.inspect_notebook(str(notebook))
+    parameters = {**preset(notebook.stem, scale), **(overrides or {}), "scale": scale}
+    unknown = sorted(set(parameters) - set(declared))
+    if unknown:
+        raise KeyError(
+            f"{notebook.name} has no parameter(s) {', '.join(unknown)}; "
+            f"its parameters are: {', '.join(sorted(declared))}"
+        )
+    if output is None:
+        output = runs_dir() / "notebooks" / f"{notebook.stem}-{scale}.ipynb"
+    output.parent.mkdir(parents=True, exist_ok=True)
+    os.environ.setdefault("MPLBACKEND", "agg")
+    papermill.execute_notebook(
+        str(notebook),
+        str(output),
+        parameters=parameters,
+        cwd=str(notebook.parent),
+        progress_bar=os.environ.get("TQDM_DISABLE") != "1",
+    )
+    return output
