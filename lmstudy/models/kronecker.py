@@ -1,0 +1,426 @@
+"""Kronecker-factored GPT-2 MLP layers (Krony-PT, Ayoub 2024).
+
+Krony-PT replaces the two MLP matrices of every GPT-2 block (``mlp.c_fc`` and ``mlp.c_proj``) by sums
+of Kronecker products and leaves attention and embeddings alone. This module holds the layer, its three
+initialisations, ``compress`` / ``decompress`` for a Hugging Face ``GPT2LMHeadModel`` and the parameter
+arithmetic behind the paper's Tables 1 and 2 (``lmstudy.krony_table`` prints them).
+
+Orientation (the one thing to keep straight)
+--------------------------------------------
+The paper (and the official nanoGPT-based code) writes weights the ``nn.Linear`` way, ``W`` of shape
+``(out, in)``: ``c_fc.weight`` is ``(3072, 768)``. Hugging Face's ``Conv1D`` stores the transpose,
+``(in, out)``, and computes ``x @ weight + bias``. Here the *factors* live in the paper's orientation:
+
+    W (out, in) = sum_f s_f * (A_f ⊗ B_f),   A_f: (p, q) = a_shape,   B_f: (r, t) = b_shape,
+    out = p * r,   in = q * t,
+
+so a row of the paper's Table 1 ("Dimension" ``(m1, n1)``) *is* ``a_shape`` of ``c_fc`` and
+``B = (3072 // m1, 768 // n1)``. ``c_proj`` (paper shape ``(768, 3072)``) uses the transposed shapes,
+``A = (n1, m1)``, exactly as the official code does, so both matrices of a block cost the same.
+``to_dense_weight()`` returns the Hugging Face ``(in, out)`` weight, ready for a ``Conv1D``.
+
+Forward without the Kronecker product
+-------------------------------------
+With ``x`` of length ``in`` read as a ``(q, t)`` matrix ``X`` (``x[j*t + l] = X[j, l]``), the identity
+``(A ⊗ B) vec(X) = vec(A X Bᵀ)`` (row-major vec) gives ``y`` as the ``(p, r)`` matrix ``A X Bᵀ``: two
+small matmuls. Per token and factor the two orders cost
+
+    A first:  (A X) Bᵀ   p*q*t + p*t*r  = p*t*(q + r)  multiply-adds
+    B first:  A (X Bᵀ)   q*t*r + q*r*p  = q*r*(t + p)  multiply-adds
+
+against ``p*q*r*t`` for the dense matmul. The layer picks the cheaper order once, from the shapes. All
+factors go through the same two contractions at once (a leading factor axis ``f``); the sum over factors
+happens inside the second contraction, and each scalar ``s_f`` is folded into ``A_f`` first (cheap: the
+size of ``A``), as the paper suggests. ``A ⊗ B`` is never materialised in ``forward``; only
+``to_dense_weight()`` builds it, for export.
+
+Initialisations
+---------------
+- ``van_loan``: nearest sum of ``rank`` Kronecker products in Frobenius norm (Van Loan & Pitsianis 1993):
+  rearrange ``W`` into ``R(W)`` with rows ``vec(A)``-indexed and columns ``vec(B)``-indexed, so that
+  ``A ⊗ B`` becomes the rank-one ``vec(A) vec(B)ᵀ``; the best rank-k approximation of ``R(W)`` (Eckart–
+  Young) is the best sum of k Kronecker products. The paper's script calls the randomised
+  ``torch.svd_lowrank``; we use an exact ``torch.linalg.svd`` in float64 and fix the sign of every
+  singular pair (largest entry of ``u`` positive), so the result is deterministic and reproducible.
+  Both factors carry ``sqrt(sigma)`` like the paper's script; scalars (when on) start at 1.
+- ``prune``: the paper's pruning initialisation (Sec. 3.4.2), read as written: "inducing sparsity ... and
+  prune it by half. This is equivalent to picking the second factor as [1 0]ᵀ": ``B`` is the one-hot
+  matrix with a 1 at ``(0, 0)`` and ``A = W[::r, ::t]`` (every r-th row and t-th column, starting with
+  the first), so ``A ⊗ B`` equals ``W`` at the kept positions and 0 elsewhere. For the paper's worked
+  example (a 6x5 matrix, ``B = [1 0]ᵀ`` of shape (2, 1)) this keeps rows 1, 3, 5 and zeroes rows 2, 4, 6;
+  the extracted figure shows a stray seventh row, which we read as a typo. (The official repository's
+  commented-out ``init_prune`` keeps the *second* entry of every pair with ``B = [0 1]``; we follow the
+  paper.) With Table 1's 96M shape ``(1536, 768)``, ``B`` is ``(2, 1)`` for ``c_fc`` and ``(1, 2)`` for
+  ``c_proj``, so the initial model is GPT-2 with every second MLP hidden unit pruned away. The paper
+  defines it for one factor; with ``n_factors > 1`` the extra factors start with ``A = 0`` and a random
+  ``B`` (our choice), so the initial function is the pruned one and the extra factors still get gradients.
+- ``random``: ``A`` and ``B`` i.i.d. normal with equal std chosen so the folded weight has the std that
+  GPT-2 itself would use (``initializer_range``, divided by ``sqrt(2 * n_layer)`` for ``c_proj``). The
+  official code draws every factor from N(0, 0.02), which makes the folded weight ~50x too small.
+
+Parameter counting
+------------------
+``count_parameters(model)`` counts unique parameters (tied embeddings once). ``gpt2_parameter_count``
+and ``compressed_parameter_count`` compute the same from a ``GPT2Config`` alone. The paper's Table 1
+counts a factor pair as ``p*q + r*t``; its "GPT2" row treats the dense matrix as ``W ⊗ (1x1)``, hence
+124,439,808 + 24 = 124,439,832.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+from tqdm.auto import tqdm
+from transformers import GPT2Config, GPT2LMHeadModel
+from transformers.pytorch_utils import Conv1D
+
+INITS = ("van_loan", "prune", "random")
+MLP_MATRICES = ("c_fc", "c_proj")
+
+Shape = tuple[int, int]
+
+
+# ---------------------------------------------------------------------------------------------------
+# Shapes and configuration
+# ---------------------------------------------------------------------------------------------------
+
+
+def partner_shape(weight_shape: Shape, a_shape: Shape) -> Shape:
+    """The shape of B such that A (a_shape) ⊗ B has ``weight_shape``; a clear error if A does not fit."""
+    (rows, cols), (a_rows, a_cols) = weight_shape, a_shape
+    if a_rows < 1 or a_cols < 1 or rows % a_rows or cols % a_cols:
+        raise ValueError(
+            f"a_shape {tuple(a_shape)} does not divide the {tuple(weight_shape)} weight (out, in): each side "
+            f"of A must divide the matching side of the weight, e.g. a_shape=({rows // 2}, {cols})"
+        )
+    return rows // a_rows, cols // a_cols
+
+
+@dataclass
+class KroneckerConfig:
+    """How to factor the MLPs of a GPT-2 model.
+
+    ``a_shape`` is the first factor of ``c_fc`` in the paper's ``(out, in)`` orientation, i.e. the
+    "Dimension" column of the paper's Table 1 (``(768, 768)`` is the 81M model of GPT-2 small).
+    ``c_proj`` uses the transposed shape. ``scalars`` adds one learnable ``s_f`` per factor.
+    """
+
+    a_shape: Shape
+    n_factors: int = 1
+    scalars: bool = False
+    matrices: tuple[str, ...] = MLP_MATRICES
+
+    def __post_init__(self) -> None:
+        # Accept lists (YAML / papermill parameters) but store tuples, so configs hash and compare.
+        self.a_shape = tuple(int(side) for side in self.a_shape)
+        self.matrices = tuple(self.matrices)
+        if len(self.a_shape) != 2:
+            raise ValueError(f"a_shape must be two integers (rows, cols), got {self.a_shape}")
+        if self.n_factors < 1:
+            raise ValueError(f"n_factors must be at least 1, got {self.n_factors}")
+        unknown = set(self.matrices) - set(MLP_MATRICES)
+        if unknown or not self.matrices:
+            raise ValueError(f"matrices must be a non-empty subset of {MLP_MATRICES}, got {self.matrices}")
+
+    def a_shape_for(self, matrix: str) -> Shape:
+        """A's shape for ``c_fc`` (as given) or ``c_proj`` (transposed: its weight is c_fc's transposed)."""
+        if matrix == "c_fc":
+            return self.a_shape
+        if matrix == "c_proj":
+            return self.a_shape[1], self.a_shape[0]
+        raise ValueError(f"unknown MLP matrix {matrix!r}; expected one of {MLP_MATRICES}")
+
+
+# ---------------------------------------------------------------------------------------------------
+# Initialisations: each returns A (rank, *a_shape) and B (rank, *b_shape) with W ≈ sum_f A_f ⊗ B_f
+# ---------------------------------------------------------------------------------------------------
+
+
+def _check_factor_shapes(weight: torch.Tensor, a_shape: Shape, b_shape: Shape) -> None:
+    if weight.dim() != 2:
+        raise ValueError(f"expected a 2-D weight matrix, got shape {tuple(weight.shape)}")
+    expected = (a_shape[0] * b_shape[0], a_shape[1] * b_shape[1])
+    if tuple(weight.shape) != expected:
+        raise ValueError(
+            f"A {tuple(a_shape)} ⊗ B {tuple(b_shape)} has shape {expected}, but the weight is "
+            f"{tuple(weight.shape)}; pass b_shape=partner_shape(weight.shape, a_shape)"
+        )
+
+
+def van_loan(weight: torch.Tensor, a_shape: Shape, b_shape: Shape, rank: int = 1) -> tuple[torch.Tensor, torch.Tensor]:
+    """Nearest sum of ``rank`` Kronecker products to ``weight`` in Frobenius norm (exact SVD, deterministic).
+
+    ``weight`` is ``(p*r, q*t)`` for ``a_shape=(p, q)``, ``b_shape=(r, t)``. Returns ``A`` of shape
+    ``(rank, p, q)`` and ``B`` of shape ``(rank, r, t)``, each scaled by the square root of its singular
+    value. ``rank = min(p*q, r*t)`` reproduces ``weight`` exactly (up to float error).
+    """
+    _check_factor_shapes(weight, a_shape, b_shape)
+    (p, q), (r, t) = a_shape, b_shape
+    max_rank = min(p * q, r * t)
+    if not 1 <= rank <= max_rank:
+        raise ValueError(f"rank must be between 1 and {max_rank} for A {tuple(a_shape)}, B {tuple(b_shape)}; got {rank}")
+    # R(W)[(i, j), (k, l)] = W[i*r + k, j*t + l], so A ⊗ B becomes the rank-one vec(A) vec(B)ᵀ.
+    rearranged = (
+        weight.detach().to(torch.float64)
+        .reshape(p, r, q, t)  # (p, r, q, t): row index i*r + k, column index j*t + l
+        .permute(0, 2, 1, 3)  # (p, q, r, t)
+        .reshape(p * q, r * t)  # (p*q, r*t)
+    )
+    u, sigma, vh = torch.linalg.svd(rearranged, full_matrices=False)  # u: (p*q, k), sigma: (k,), vh: (k, r*t)
+    u, sigma, vh = u[:, :rank], sigma[:rank], vh[:rank]
+    # Singular pairs are defined up to a joint sign; fix it so results do not depend on the LAPACK build.
+    largest = u.abs().argmax(dim=0)  # (rank,)
+    signs = torch.sign(u[largest, torch.arange(rank)])
+    signs[signs == 0] = 1.0
+    u, vh = u * signs, vh * signs[:, None]  # flipping both keeps every product u_i v_iᵀ
+    root = sigma.sqrt()  # (rank,): each factor carries sqrt(sigma_i), like the paper's script
+    a = (u * root).T.reshape(rank, p, q)  # (p*q, rank) -> (rank, p*q) -> (rank, p, q)
+    b = (vh * root[:, None]).reshape(rank, r, t)  # (rank, r*t) -> (rank, r, t)
+    return a.to(weight.dtype), b.to(weight.dtype)
+
+
+def prune_init(weight: torch.Tensor, a_shape: Shape, b_shape: Shape) -> tuple[torch.Tensor, torch.Tensor]:
+    """The paper's pruning initialisation: ``B`` one-hot at (0, 0), ``A = W[::r, ::t]``.
+
+    ``A ⊗ B`` keeps ``W`` where the row is a multiple of ``r`` and the column a multiple of ``t`` and is
+    zero elsewhere (for ``B = [1 0]ᵀ``: every second row pruned). Returns ``A (1, p, q)``, ``B (1, r, t)``.
+    """
+    _check_factor_shapes(weight, a_shape, b_shape)
+    r, t = b_shape
+    a = weight.detach()[::r, ::t].clone(memory_format=torch.contiguous_format)  # (p, q): the kept entries
+    b = torch.zeros(b_shape, dtype=weight.dtype, device=weight.device)  # (r, t)
+    b[0, 0] = 1.0
+    return a.unsqueeze(0), b.unsqueeze(0)  # (1, p, q), (1, r, t)
+
+
+def random_init(
+    a_shape: Shape, b_shape: Shape, rank: int = 1, std: float = 0.02, *,
+    generator: torch.Generator | None = None, device: torch.device | str | None = None,
+    dtype: torch.dtype | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Random factors whose folded weight ``sum_f A_f ⊗ B_f`` has entries of standard deviation ``std``.
+
+    Each entry of the sum is a sum of ``rank`` products ``a * b``, so ``std_a * std_b = std / sqrt(rank)``;
+    the two factors get the same std.
+    """
+    factor_std = math.sqrt(std / math.sqrt(rank))
+    options = dict(generator=generator, device=device, dtype=dtype)
+    a = torch.randn((rank, *a_shape), **options) * factor_std  # (rank, p, q)
+    b = torch.randn((rank, *b_shape), **options) * factor_std  # (rank, r, t)
+    return a, b
+
+
+# ---------------------------------------------------------------------------------------------------
+# The layer
+# ---------------------------------------------------------------------------------------------------
+
+
+class KroneckerLinear(nn.Module):
+    """Drop-in replacement for Hugging Face's ``Conv1D``: ``y = x @ Wᵀ + b``, ``W = sum_f s_f A_f ⊗ B_f``.
+
+    ``a_shape`` is in the ``(out, in)`` orientation (see the module docstring). Parameters:
+    ``a_factors (n_factors, p, q)``, ``b_factors (n_factors, r, t)``, ``scalars (n_factors,)`` when
+    ``scalars=True`` (else ``None``) and ``bias (out,)``.
+    """
+
+    def __init__(self, in_features: int, out_features: int, a_shape: Shape, n_factors: int = 1, scalars: bool = False) -> None:
+        super().__init__()
+        self.in_features, self.out_features = in_features, out_features
+        self.a_shape = (int(a_shape[0]), int(a_shape[1]))
+        self.b_shape = partner_shape((out_features, in_features), self.a_shape)
+        self.n_factors = n_factors
+        (p, q), (r, t) = self.a_shape, self.b_shape
+        # Placeholders: ``from_conv1d`` (or the caller) fills them with one of the initialisations.
+        self.a_factors = nn.Parameter(torch.zeros(n_factors, p, q))
+        self.b_factors = nn.Parameter(torch.zeros(n_factors, r, t))
+        self.scalars = nn.Parameter(torch.ones(n_factors)) if scalars else None
+        self.bias = nn.Parameter(torch.zeros(out_features))
+        # The cheaper contraction order is fixed by the shapes (see the module docstring).
+        self.a_first = p * t * (q + r) <= q * r * (t + p)
+
+    @classmethod
+    def from_conv1d(
+        cls, conv: Conv1D, a_shape: Shape, n_factors: int = 1, scalars: bool = False, init: str = "van_loan",
+        std: float = 0.02, generator: torch.Generator | None = None,
+    ) -> "KroneckerLinear":
+        """A factored copy of ``conv`` (same bias), initialised with ``init`` in ``INITS``.
+
+        ``std`` is only used by ``random`` (and for the extra ``B`` factors of ``prune``).
+        """
+        if init not in INITS:
+            raise ValueError(f"unknown init {init!r}; choose one of {', '.join(INITS)}")
+        weight = conv.weight.detach().T  # HF (in, out) -> paper (out, in)
+        layer = cls(conv.nx, conv.nf, a_shape, n_factors, scalars).to(device=weight.device, dtype=weight.dtype)
+        options = dict(generator=generator, device=weight.device, dtype=weight.dtype)
+        if init == "van_loan":
+            a, b = van_loan(weight, layer.a_shape, layer.b_shape, rank=n_factors)
+        elif init == "random":
+            a, b = random_init(layer.a_shape, layer.b_shape, n_factors, std, **options)
+        else:
+            a, b = prune_init(weight, layer.a_shape, layer.b_shape)
+            if n_factors > 1:
+                # Extra factors: A = 0 keeps the pruned function; a random B lets A receive gradients.
+                _, extra_b = random_init(layer.a_shape, layer.b_shape, n_factors - 1, std, **options)
+                a = torch.cat([a, torch.zeros((n_factors - 1, *layer.a_shape), dtype=a.dtype, device=a.device)])
+                b = torch.cat([b, extra_b])
+        with torch.no_grad():
+            layer.a_factors.copy_(a)
+            layer.b_factors.copy_(b)
+            layer.bias.copy_(conv.bias)
+        return layer
+
+    def scaled_a_factors(self) -> torch.Tensor:
+        """``s_f * A_f`` (the scalars folded into the small first factor), shape ``(n_factors, p, q)``."""
+        if self.scalars is None:
+            return self.a_factors
+        return self.a_factors * self.scalars[:, None, None]
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        q, t = self.a_shape[1], self.b_shape[1]  # in = q * t
+        a, b = self.scaled_a_factors(), self.b_factors  # (f, p, q), (f, r, t)
+        x_matrix = x.reshape(-1, q, t)  # (..., in) -> (N, q, t), x[j*t + l] = X[j, l]
+        if self.a_first:
+            z = torch.einsum("fpq,nqt->nfpt", a, x_matrix)  # A X:   (N, f, p, t)
+            y = torch.einsum("nfpt,frt->npr", z, b)  # (A X) Bᵀ summed over factors: (N, p, r)
+        else:
+            z = torch.einsum("nqt,frt->nfqr", x_matrix, b)  # X Bᵀ:  (N, f, q, r)
+            y = torch.einsum("fpq,nfqr->npr", a, z)  # A (X Bᵀ) summed over factors: (N, p, r)
+        y = y.reshape(*x.shape[:-1], self.out_features)  # (N, p, r) -> (..., out), y[i*r + k] = Y[i, k]
+        return y + self.bias
+
+    def to_dense_weight(self) -> torch.Tensor:
+        """The folded weight ``sum_f s_f A_f ⊗ B_f`` in Hugging Face ``Conv1D`` layout ``(in, out)``."""
+        (p, q), (r, t) = self.a_shape, self.b_shape
+        blocks = torch.einsum("fpq,frt->prqt", self.scaled_a_factors(), self.b_factors)  # (p, r, q, t)
+        return blocks.reshape(p * r, q * t).T  # (out, in) -> (in, out)
+
+    def multiply_adds_per_token(self) -> int:
+        """Multiply-adds of one forward pass for one token (the cheaper of the two orders)."""
+        (p, q), (r, t) = self.a_shape, self.b_shape
+        return self.n_factors * min(p * t * (q + r), q * r * (t + p))
+
+    def extra_repr(self) -> str:
+        order = "A first" if self.a_first else "B first"
+        return (
+            f"in={self.in_features}, out={self.out_features}, A={self.a_shape}, B={self.b_shape}, "
+            f"factors={self.n_factors}, scalars={self.scalars is not None}, order={order}"
+        )
+
+
+# ---------------------------------------------------------------------------------------------------
+# Whole models
+# ---------------------------------------------------------------------------------------------------
+
+
+def _mlp_std(model_config: GPT2Config, matrix: str) -> float:
+    # GPT-2's own init: c_proj is scaled down by sqrt(2 * n_layer) (two residual branches per block).
+    std = model_config.initializer_range
+    return std / math.sqrt(2 * model_config.n_layer) if matrix == "c_proj" else std
+
+
+def compress(
+    model: GPT2LMHeadModel, config: KroneckerConfig, init: str = "van_loan", *,
+    generator: torch.Generator | None = None,
+) -> GPT2LMHeadModel:
+    """Replace ``mlp.c_fc`` / ``mlp.c_proj`` (``config.matrices``) of every block by a ``KroneckerLinear``.
+
+    Works in place on any GPT-2 size and returns ``model``. ``init`` is ``van_loan`` (from the current
+    weights), ``prune`` (from the current weights) or ``random``.
+    """
+    blocks = getattr(getattr(model, "transformer", None), "h", None)
+    if blocks is None:
+        raise ValueError(f"compress expects a GPT2LMHeadModel (with .transformer.h), got {type(model).__name__}")
+    for block in tqdm(blocks, desc=f"Kronecker {init} init", leave=False):
+        for matrix in config.matrices:
+            conv = getattr(block.mlp, matrix)
+            if not isinstance(conv, Conv1D):
+                raise ValueError(f"mlp.{matrix} is a {type(conv).__name__}, not a dense Conv1D: already compressed?")
+            layer = KroneckerLinear.from_conv1d(
+                conv, config.a_shape_for(matrix), config.n_factors, config.scalars, init,
+                std=_mlp_std(model.config, matrix), generator=generator,
+            )
+            setattr(block.mlp, matrix, layer)
+    return model
+
+
+def kronecker_layers(model: nn.Module) -> list[tuple[str, KroneckerLinear]]:
+    """Every ``KroneckerLinear`` in ``model`` with its qualified name (e.g. ``transformer.h.0.mlp.c_fc``)."""
+    return [(name, module) for name, module in model.named_modules() if isinstance(module, KroneckerLinear)]
+
+
+@torch.no_grad()
+def decompress(model: GPT2LMHeadModel) -> GPT2LMHeadModel:
+    """A plain dense copy of a compressed model: every ``KroneckerLinear`` folded back into a ``Conv1D``.
+
+    The input model is left untouched (it can keep training); the copy has the same logits and can be
+    saved with ``save_pretrained`` and evaluated like any GPT-2, as the official code does for evaluation.
+    """
+    dense = copy.deepcopy(model)
+    for name, layer in kronecker_layers(dense):
+        parent_name, _, attribute = name.rpartition(".")
+        weight = layer.to_dense_weight()  # (in, out)
+        conv = Conv1D(layer.out_features, layer.in_features).to(device=weight.device, dtype=weight.dtype)
+        conv.weight.copy_(weight)
+        conv.bias.copy_(layer.bias)
+        setattr(dense.get_submodule(parent_name), attribute, conv)
+    return dense
+
+
+# ---------------------------------------------------------------------------------------------------
+# Parameter counting
+# ---------------------------------------------------------------------------------------------------
+
+
+def count_parameters(model: nn.Module) -> int:
+    """Number of distinct parameters (``parameters()`` yields a tied embedding once)."""
+    return sum(parameter.numel() for parameter in model.parameters())
+
+
+def factor_pair_parameters(a_shape: Shape, b_shape: Shape) -> int:
+    """Parameters of one pair ``A ⊗ B``: ``p*q + r*t`` (the "params" column of the paper's Table 1)."""
+    return a_shape[0] * a_shape[1] + b_shape[0] * b_shape[1]
+
+
+def _mlp_weight_shapes(model_config: GPT2Config) -> dict[str, Shape]:
+    """Paper-orientation (out, in) shapes of the two MLP weights of one block."""
+    inner = model_config.n_inner or 4 * model_config.n_embd
+    return {"c_fc": (inner, model_config.n_embd), "c_proj": (model_config.n_embd, inner)}
+
+
+def gpt2_parameter_count(model_config: GPT2Config, include_position_embeddings: bool = True) -> int:
+    """Parameters of a dense ``GPT2LMHeadModel`` computed from its config alone (no weights).
+
+    ``include_position_embeddings=False`` gives nanoGPT's ``get_num_params()`` convention.
+    """
+    d, n_layer = model_config.n_embd, model_config.n_layer
+    inner = model_config.n_inner or 4 * d
+    per_block = (
+        2 * d  # ln_1
+        + d * 3 * d + 3 * d  # attn.c_attn
+        + d * d + d  # attn.c_proj
+        + 2 * d  # ln_2
+        + d * inner + inner  # mlp.c_fc
+        + inner * d + d  # mlp.c_proj
+    )
+    embeddings = model_config.vocab_size * d + (model_config.n_positions * d if include_position_embeddings else 0)
+    lm_head = 0 if model_config.tie_word_embeddings else model_config.vocab_size * d
+    return embeddings + n_layer * per_block + 2 * d + lm_head  # + ln_f
+
+
+def compressed_parameter_count(
+    model_config: GPT2Config, config: KroneckerConfig, include_position_embeddings: bool = True,
+) -> int:
+    """Parameters of ``compress(GPT2LMHeadModel(model_config), config)`` from the configs alone."""
+    total = gpt2_parameter_count(model_config, include_position_embeddings)
+    for matrix, shape in _mlp_weight_shapes(model_config).items():
+        if matrix not in config.matrices:
+            continue
+        a_shape = config.a_shape_for(matrix)
+        factored = config.n_factors * factor_pair_parameters(a_shape, partner_shape(shape, a_shape))
+        factored += config.n_factors if config.scalars else 0
+        total += model_config.n_layer * (factored - shape[0] * shape[1])  # biases stay as they are
+    return total

@@ -1,0 +1,265 @@
+"""The run cache: one folder per (study, config), found again by a hash of the config.
+
+A *run* is one training or evaluation job. Its identity is its full configuration: the same
+config always maps to the same folder, so a notebook that is executed again finds its finished
+runs instead of recomputing them, and an interrupted run resumes from its own checkpoint.
+
+Layout (``runs_dir()`` is ``runs/`` or ``$LMSTUDY_RUNS``)::
+
+    runs_dir()/<study>/<hash>/
+        config.json      the canonical config (what the hash is computed from)
+        log.jsonl        one JSON object per logged training step / evaluation (training.py)
+        checkpoint/      the latest training checkpoint (training.py: safetensors + JSON)
+        best/            weights at the best validation metric, when training tracks one
+        metrics.json     final results; its presence means the run is complete
+
+Hashing: the config (a dict or a dataclass, possibly nested) is turned into *canonical JSON*:
+dataclasses via ``asdict``, keys sorted, tuples as lists, ``Path`` as str, numpy scalars as
+Python numbers, floats written with ``repr`` (the shortest string that round-trips, identical on
+every platform), no NaN/inf. The run hash is the first 12 hex digits of its sha256; 48 bits make
+an accidental collision within one study negligible, and ``get_run`` still checks that a folder's
+saved config equals the requested one. Note that ``1`` and ``1.0`` are different configs.
+
+Every file written here is written atomically (a temp file in the same folder, then
+``os.replace``), so a crash never leaves a half-written ``metrics.json`` that would mark a broken
+run as complete.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+import re
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+from lmstudy.paths import runs_dir
+
+HASH_LENGTH = 12
+
+CONFIG_FILE = "config.json"
+METRICS_FILE = "metrics.json"
+LOG_FILE = "log.jsonl"
+CHECKPOINT_DIR = "checkpoint"
+BEST_DIR = "best"
+
+_STUDY_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+
+
+# --------------------------------------------------------------------------------------------
+# atomic writes
+
+
+def atomic_write_text(path: str | os.PathLike, text: str) -> None:
+    """Write ``text`` to ``path`` so that readers see either the old file or the new one."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    # The temp file must live in the same folder: os.replace is atomic only within a filesystem.
+    fd, tmp_name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp_name, path)
+    except BaseException:
+        # Covers KeyboardInterrupt too: never leave the temp file behind.
+        Path(tmp_name).unlink(missing_ok=True)
+        raise
+
+
+def atomic_write_json(path: str | os.PathLike, obj: Any) -> None:
+    """Write ``obj`` as indented JSON, atomically. Serialisation happens before any file is touched."""
+    text = json.dumps(to_jsonable(obj), indent=2, sort_keys=True, allow_nan=True) + "\n"
+    atomic_write_text(path, text)
+
+
+# --------------------------------------------------------------------------------------------
+# canonical config and hash
+
+
+def to_jsonable(obj: Any) -> Any:
+    """Plain JSON types from dataclasses, Paths, tuples and numpy scalars (recursively)."""
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        return to_jsonable(dataclasses.asdict(obj))
+    if isinstance(obj, dict):
+        out = {}
+        for key, value in obj.items():
+            if not isinstance(key, str):
+                raise TypeError(f"config keys must be strings, got {key!r} ({type(key).__name__})")
+            out[key] = to_jsonable(value)
+        return out
+    if isinstance(obj, (list, tuple)):
+        return [to_jsonable(value) for value in obj]
+    if isinstance(obj, os.PathLike):
+        return os.fspath(obj)
+    if obj is None or isinstance(obj, (bool, int, float, str)):
+        return obj
+    if hasattr(obj, "item") and callable(obj.item):  # numpy / torch scalars
+        return to_jsonable(obj.item())
+    raise TypeError(
+        f"cannot store {obj!r} ({type(obj).__name__}) in a config: use plain numbers, strings, "
+        "lists, dicts or dataclasses of them"
+    )
+
+
+def canonical_json(config: Any) -> str:
+    """The one string a config is identified by (sorted keys, no whitespace, repr'd floats)."""
+    try:
+        return json.dumps(
+            to_jsonable(config), sort_keys=True, separators=(",", ":"), allow_nan=False
+        )
+    except ValueError as error:  # NaN / inf
+        raise ValueError(f"a run config may not contain NaN or infinity ({error})") from None
+
+
+def config_hash(config: Any) -> str:
+    """Short sha256 of the canonical JSON of ``config``."""
+    return hashlib.sha256(canonical_json(config).encode("utf-8")).hexdigest()[:HASH_LENGTH]
+
+
+# --------------------------------------------------------------------------------------------
+# runs
+
+
+@dataclass
+class Run:
+    """One run folder. ``config`` is the canonical (plain JSON) form of the config."""
+
+    study: str
+    config: dict
+    hash: str
+    path: Path
+
+    @property
+    def done(self) -> bool:
+        return (self.path / METRICS_FILE).exists()
+
+    @property
+    def metrics(self) -> dict | None:
+        """The final metrics, or None while the run is not complete."""
+        if not self.done:
+            return None
+        return json.loads((self.path / METRICS_FILE).read_text(encoding="utf-8"))
+
+    @property
+    def log_path(self) -> Path:
+        return self.path / LOG_FILE
+
+    @property
+    def checkpoint_dir(self) -> Path:
+        return self.path / CHECKPOINT_DIR
+
+    @property
+    def best_dir(self) -> Path:
+        return self.path / BEST_DIR
+
+    def save_metrics(self, metrics: dict) -> None:
+        """Mark the run complete with these final metrics."""
+        atomic_write_json(self.path / METRICS_FILE, metrics)
+
+
+def get_run(study: str, config: Any) -> Run:
+    """The run of ``config`` in ``study``; creates its folder and config.json on first use."""
+    if not isinstance(study, str) or not _STUDY_NAME.match(study):
+        raise ValueError(
+            f"study name {study!r} is not a plain folder name: use letters, digits, '_', '-', '.'"
+        )
+    canonical = canonical_json(config)
+    run_hash = hashlib.sha256(canonical.encode("utf-8")).hexdigest()[:HASH_LENGTH]
+    path = runs_dir() / study / run_hash
+    plain_config = json.loads(canonical)
+    config_file = path / CONFIG_FILE
+    if config_file.exists():
+        saved = json.loads(config_file.read_text(encoding="utf-8"))
+        if saved != plain_config:
+            raise RuntimeError(
+                f"run folder {path} holds a different config than the one requested "
+                "(a hash collision or a changed canonical form): move that folder away"
+            )
+    else:
+        atomic_write_json(config_file, plain_config)
+    return Run(study=study, config=plain_config, hash=run_hash, path=path)
+
+
+def cached(study: str, config: Any, fn: Callable[[Run], dict]) -> dict:
+    """The metrics of the run of ``config``: saved ones if it is done, else ``fn(run)``'s, saved.
+
+    ``fn`` receives the Run so it can write its log and checkpoints there and resume from them
+    after an interruption (``training.train`` does). If ``fn`` raises, nothing is marked done.
+    """
+    run = get_run(study, config)
+    if run.done:
+        return run.metrics
+    metrics = fn(run)
+    if not isinstance(metrics, dict):
+        raise TypeError(f"the function given to cached() must return a dict of metrics, got {type(metrics).__name__}")
+    run.save_metrics(metrics)
+    return run.metrics  # the JSON round-trip: the same values a later cached() call returns
+
+
+# --------------------------------------------------------------------------------------------
+# reading runs back (notebooks)
+
+
+def _flatten(obj: dict, prefix: str = "") -> dict:
+    """{"a": {"b": 1}} -> {"a.b": 1}; lists stay values."""
+    flat = {}
+    for key, value in obj.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, dict):
+            flat.update(_flatten(value, prefix=f"{name}."))
+        else:
+            flat[name] = value
+    return flat
+
+
+def list_runs(study: str):
+    """A pandas DataFrame with one row per run of ``study``.
+
+    Columns: ``hash``, ``done``, the config flattened with dots (``train.lr``), then the final
+    metrics (NaN for unfinished runs). A metric named like a config column is prefixed
+    ``metrics.`` so that neither is lost.
+    """
+    import pandas as pd
+
+    study_dir = runs_dir() / study
+    rows = []
+    if study_dir.is_dir():
+        for path in sorted(study_dir.iterdir()):
+            config_file = path / CONFIG_FILE
+            if not config_file.is_file():
+                continue
+            run = Run(study, json.loads(config_file.read_text(encoding="utf-8")), path.name, path)
+            row = {"hash": run.hash, "done": run.done}
+            row.update(_flatten(run.config))
+            for key, value in _flatten(run.metrics or {}).items():
+                row[f"metrics.{key}" if key in row else key] = value
+            rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def read_log(run: Run):
+    """The run's log.jsonl as a DataFrame (one row per record; see training.py for the keys)."""
+    import pandas as pd
+
+    return pd.DataFrame(read_log_records(run.log_path))
+
+
+def read_log_records(path: Path) -> list[dict]:
+    """The records of a JSON-lines log, skipping a final line cut short by a crash."""
+    if not Path(path).exists():
+        return []
+    records = []
+    for line in Path(path).read_text(encoding="utf-8").splitlines():
+        if not line.strip():
+            continue
+        try:
+            records.append(json.loads(line))
+        except json.JSONDecodeError:
+            break  # only the last line can be partial (we append and flush line by line)
+    return records

@@ -1,0 +1,574 @@
+"""The one training loop of lmstudy: every model (AWD-LSTM, GPT-2 variants, Kronecker GPT-2, CTRL)
+is trained by ``train(model, task, config, run)``.
+
+Built on ``accelerate.Accelerator``, so the same code runs on CPU, one GPU or several, with mixed
+precision when asked. What a model needs beyond "forward, backward, step" lives in its
+``TrainTask`` (the batches, the loss, the evaluation, and optional hooks), never in the loop.
+
+The task contract (subclass ``TrainTask``):
+
+- ``batches(epoch)``: an iterable of batches. It must be *deterministic* for a given epoch (seed
+  it from the task's seed and ``epoch``): after an interruption the loop fast-forwards through
+  the current epoch's first batches to reach the exact batch where training stopped.
+- ``loss(model, batch)`` -> loss tensor, or ``(loss, extras)`` with a dict of floats to log.
+  Stateful tasks (AWD-LSTM carries its hidden state from batch to batch) set ``stateful = True``
+  and implement ``loss(model, batch, carry) -> (loss, extras, carry)``: ``carry`` is ``None`` at
+  the start of every epoch, is otherwise what the previous call returned, and must come back
+  detached from the graph. It may be a tensor or nested tuples/lists of tensors, and is saved in
+  checkpoints so that resuming mid-epoch is exact.
+- ``evaluate(model)`` -> ``{"val_loss": ..., ...}``: called in eval mode under ``torch.no_grad``.
+- ``on_eval(state, metrics, optimizer)`` (optional): called after each periodic evaluation. To
+  change the optimizer (AWD-LSTM's NT-ASGD switches from SGD to averaged SGD when validation
+  stops improving) return a new ``torch.optim`` optimizer over the model's parameters; the loop
+  adopts it, and checkpoints record its class, hyperparameters and state.
+
+Decisions:
+
+- A *step* is one optimizer update on one batch. ``eval_every``/``checkpoint_every``/``log_every``
+  count steps; early-stopping patience counts evaluations. Training ends at ``max_steps`` or
+  after ``max_epochs`` passes over ``batches``, whichever comes first, or when early stopping
+  fires. A final evaluation and a final checkpoint are always made.
+- The learning-rate schedule is a function of the step (``lr_multiplier``) applied to each param
+  group's ``initial_lr`` before every step, not a torch scheduler object: its only state is the
+  step, and it survives a task replacing the optimizer. The loop owns ``group["lr"]``; a task that
+  wants to rescale the learning rate changes ``group["initial_lr"]``.
+- Weight decay applies to parameters with two or more dimensions (matrices, embeddings), not to
+  biases and norm gains (nanoGPT / HF convention). Frozen parameters (``requires_grad=False``)
+  are not given to the optimizer.
+- Checkpoints (``run.checkpoint_dir/step-NNNNNNNNN/``) hold ``model.safetensors`` (written by
+  ``safetensors.torch.save_model``, which copes with tied weights), ``state.safetensors`` (every
+  tensor of the optimizer state, the torch RNG states and the carry) and ``state.json`` (all the
+  rest: step, epoch, position in the epoch, early-stopping state, optimizer class and
+  hyperparameters, python/numpy RNG states, the TrainConfig). Nothing is ever unpickled. A
+  checkpoint is written into a temp folder and renamed into place, then older ones are deleted,
+  so the latest complete checkpoint always exists. On resume ``log.jsonl`` is cut back to the
+  checkpoint's step, so the log never holds a step twice.
+- The best weights (lowest ``early_stopping_metric`` seen at an evaluation) are kept in
+  ``run.best_dir/model.safetensors`` whenever evaluations report that metric; ``load_weights``
+  reads them (or the last checkpoint) back for test-set evaluation. ``train`` returns the final
+  evaluation's metrics, the same metrics prefixed ``best_`` for the best evaluation, and
+  ``steps``, ``epochs`` (completed passes), ``best_step``, ``stopped_early``. After ``train`` the
+  model object holds the *final* weights.
+- Several processes: each takes every n-th batch of ``batches(epoch)`` (complete groups only, so
+  all ranks make the same number of steps); every rank evaluates on the full validation data;
+  only the main process writes logs and checkpoints. Exact resume is guaranteed on one process.
+
+Log records (``log.jsonl``, one JSON object a line): ``{"kind": "train", "step", "epoch", "lr",
+"loss", "grad_norm", **extras}`` every ``log_every`` steps and ``{"kind": "eval", "step", "epoch",
+**metrics}`` at each evaluation.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+import itertools
+import json
+import math
+import os
+import random
+import shutil
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable, Iterator
+
+import numpy as np
+import torch
+from accelerate import Accelerator
+from accelerate.utils import send_to_device, set_seed
+from safetensors.torch import load_file, load_model, save_file, save_model
+from tqdm.auto import tqdm
+
+from lmstudy.runs import Run, atomic_write_text, read_log_records, to_jsonable
+
+CHECKPOINT_FORMAT = 1
+OPTIMIZERS = ("adamw", "sgd")
+LR_SCHEDULES = ("constant", "cosine")
+MIXED_PRECISION = ("no", "fp16", "bf16")
+
+
+@dataclass
+class TrainConfig:
+    """How to train (the task holds what to train on: batch size, sequence length, data)."""
+
+    max_steps: int | None = None
+    max_epochs: int | None = None
+    lr: float = 1e-3
+    weight_decay: float = 0.0
+    optimizer: str = "adamw"  # "adamw" | "sgd"
+    betas: tuple[float, float] = (0.9, 0.999)  # adamw
+    momentum: float = 0.0  # sgd
+    grad_clip: float | None = 1.0  # max global L2 norm of the gradients; None: no clipping
+    lr_schedule: str = "constant"  # "constant" | "cosine" (cosine decays to lr * min_lr_ratio)
+    warmup_steps: int = 0  # linear warm-up, for either schedule
+    min_lr_ratio: float = 0.1  # nanoGPT: min_lr = lr / 10
+    eval_every: int | None = None  # steps; None: evaluate only at the end
+    checkpoint_every: int | None = None  # steps; None: checkpoint only at the end
+    early_stopping_patience: int | None = None  # evaluations without improvement; None: never stop
+    early_stopping_metric: str = "val_loss"  # lower is better; also selects the best/ weights
+    seed: int = 0
+    log_every: int = 10
+    mixed_precision: str = "no"  # "no" | "fp16" | "bf16"
+
+    def __post_init__(self) -> None:
+        if self.max_steps is None and self.max_epochs is None:
+            raise ValueError("TrainConfig needs max_steps or max_epochs (or both)")
+        for name in ("max_steps", "max_epochs", "eval_every", "checkpoint_every", "log_every",
+                     "early_stopping_patience"):
+            value = getattr(self, name)
+            if value is not None and (not isinstance(value, int) or value < 1):
+                raise ValueError(f"TrainConfig.{name} must be a positive integer or None, got {value!r}")
+        if self.optimizer not in OPTIMIZERS:
+            raise ValueError(f"TrainConfig.optimizer {self.optimizer!r} is not one of {OPTIMIZERS}")
+        if self.lr_schedule not in LR_SCHEDULES:
+            raise ValueError(f"TrainConfig.lr_schedule {self.lr_schedule!r} is not one of {LR_SCHEDULES}")
+        if self.lr_schedule == "cosine" and self.max_steps is None:
+            raise ValueError("the cosine schedule decays over max_steps: set TrainConfig.max_steps")
+        if self.mixed_precision not in MIXED_PRECISION:
+            raise ValueError(
+                f"TrainConfig.mixed_precision {self.mixed_precision!r} is not one of {MIXED_PRECISION}"
+            )
+        if self.early_stopping_patience is not None and self.eval_every is None:
+            raise ValueError("early stopping needs periodic evaluations: set TrainConfig.eval_every")
+        if self.warmup_steps < 0:
+            raise ValueError(f"TrainConfig.warmup_steps must be >= 0, got {self.warmup_steps}")
+
+
+@dataclass
+class TrainState:
+    """Where training stands; saved in every checkpoint (JSON)."""
+
+    step: int = 0  # optimizer updates done
+    epoch: int = 0  # current pass over task.batches (= passes completed)
+    batch_in_epoch: int = 0  # batches of the current epoch already trained on
+    best_metric: float | None = None
+    best_step: int | None = None
+    best_metrics: dict = field(default_factory=dict)
+    evals_since_best: int = 0
+    last_eval_step: int | None = None
+    last_metrics: dict = field(default_factory=dict)
+    stopped_early: bool = False
+
+
+class TrainTask:
+    """What a model plugs into ``train``; see the module docstring for the contract."""
+
+    stateful: bool = False
+
+    def batches(self, epoch: int) -> Iterable[Any]:
+        raise NotImplementedError(f"{type(self).__name__} must implement batches(epoch)")
+
+    def loss(self, model, batch, *carry):
+        raise NotImplementedError(f"{type(self).__name__} must implement loss(model, batch)")
+
+    def evaluate(self, model) -> dict[str, float]:
+        raise NotImplementedError(f"{type(self).__name__} must implement evaluate(model)")
+
+    def on_eval(self, state: TrainState, metrics: dict[str, float], optimizer) -> torch.optim.Optimizer | None:
+        return None
+
+
+# --------------------------------------------------------------------------------------------
+# optimizer and schedule
+
+
+def build_optimizer(model: torch.nn.Module, config: TrainConfig) -> torch.optim.Optimizer:
+    """AdamW or SGD over the trainable parameters; weight decay on matrices/embeddings only."""
+    trainable = [(name, p) for name, p in model.named_parameters() if p.requires_grad]
+    if not trainable:
+        raise ValueError("the model has no trainable parameters (all have requires_grad=False)")
+    decay = [p for _, p in trainable if p.dim() >= 2]
+    no_decay = [p for _, p in trainable if p.dim() < 2]
+    groups = [
+        {"params": params, "weight_decay": wd}
+        for params, wd in ((decay, config.weight_decay), (no_decay, 0.0))
+        if params
+    ]
+    if config.optimizer == "adamw":
+        return torch.optim.AdamW(groups, lr=config.lr, betas=tuple(config.betas))
+    return torch.optim.SGD(groups, lr=config.lr, momentum=config.momentum)
+
+
+def lr_multiplier(step: int, config: TrainConfig) -> float:
+    """Factor applied to the base learning rate for the update that follows ``step`` updates."""
+    if step < config.warmup_steps:
+        return (step + 1) / config.warmup_steps
+    if config.lr_schedule == "constant":
+        return 1.0
+    progress = min(1.0, (step - config.warmup_steps) / max(1, config.max_steps - config.warmup_steps))
+    cosine = 0.5 * (1.0 + math.cos(math.pi * progress))
+    return config.min_lr_ratio + (1.0 - config.min_lr_ratio) * cosine
+
+
+def _adopt(optimizer: torch.optim.Optimizer) -> torch.optim.Optimizer:
+    # The schedule scales each group's initial_lr; a new optimizer starts from its own lr.
+    for group in optimizer.param_groups:
+        group.setdefault("initial_lr", group["lr"])
+    return optimizer
+
+
+def _set_lr(optimizer, config: TrainConfig, step: int) -> float:
+    factor = lr_multiplier(step, config)
+    for group in optimizer.param_groups:
+        group["lr"] = group["initial_lr"] * factor
+    return optimizer.param_groups[0]["lr"]
+
+
+def _unwrap_optimizer(optimizer) -> torch.optim.Optimizer:
+    # accelerate wraps optimizers in AcceleratedOptimizer; hooks and checkpoints want the real one.
+    return getattr(optimizer, "optimizer", optimizer)
+
+
+# --------------------------------------------------------------------------------------------
+# JSON + safetensors serialisation of nested state (optimizer state_dict, RNG states, carry)
+
+
+def _pack(obj: Any, tensors: dict[str, torch.Tensor], key: str) -> Any:
+    """JSON-able form of ``obj``; its tensors go into ``tensors`` under dotted keys."""
+    if isinstance(obj, torch.Tensor):
+        # A copy on CPU: safetensors refuses tensors that share storage (e.g. views).
+        tensors[key] = obj.detach().to("cpu", copy=True).contiguous()
+        return {"__tensor__": key}
+    if isinstance(obj, tuple):
+        return {"__tuple__": [_pack(v, tensors, f"{key}.{i}") for i, v in enumerate(obj)]}
+    if isinstance(obj, list):
+        return [_pack(v, tensors, f"{key}.{i}") for i, v in enumerate(obj)]
+    if isinstance(obj, dict):
+        if all(isinstance(k, str) for k in obj):
+            return {k: _pack(v, tensors, f"{key}.{k}") for k, v in obj.items()}
+        if all(isinstance(k, int) for k in obj):  # optimizer state is keyed by parameter index
+            return {"__intkeys__": {str(k): _pack(v, tensors, f"{key}.{k}") for k, v in obj.items()}}
+    if obj is None or isinstance(obj, (bool, int, float, str)):
+        return obj
+    raise TypeError(f"cannot checkpoint {type(obj).__name__} at {key!r}: use tensors, numbers, "
+                    "strings and (nested) lists, tuples or dicts of them")
+
+
+def _unpack(obj: Any, tensors: dict[str, torch.Tensor]) -> Any:
+    if isinstance(obj, list):
+        return [_unpack(v, tensors) for v in obj]
+    if isinstance(obj, dict):
+        if "__tensor__" in obj:
+            return tensors[obj["__tensor__"]]
+        if "__tuple__" in obj:
+            return tuple(_unpack(v, tensors) for v in obj["__tuple__"])
+        if "__intkeys__" in obj:
+            return {int(k): _unpack(v, tensors) for k, v in obj["__intkeys__"].items()}
+        return {k: _unpack(v, tensors) for k, v in obj.items()}
+    return obj
+
+
+def _pack_optimizer(optimizer: torch.optim.Optimizer, model: torch.nn.Module, tensors: dict) -> dict:
+    cls = type(optimizer)
+    if getattr(torch.optim, cls.__name__, None) is not cls:
+        raise TypeError(f"only torch.optim optimizers can be checkpointed, got {cls.__module__}.{cls.__name__}")
+    names = {id(p): name for name, p in model.named_parameters()}
+    param_names = []
+    for group in optimizer.param_groups:
+        missing = [p.shape for p in group["params"] if id(p) not in names]
+        if missing:
+            raise ValueError(f"the optimizer holds parameters that are not the model's (shapes {missing})")
+        param_names.append([names[id(p)] for p in group["params"]])
+    return {
+        "class": cls.__name__,
+        # Parameters are recorded by name so the optimizer can be rebuilt on a fresh model.
+        "param_names": param_names,
+        "defaults": _pack(optimizer.defaults, tensors, "optimizer_defaults"),
+        "state_dict": _pack(optimizer.state_dict(), tensors, "optimizer"),
+    }
+
+
+def _unpack_optimizer(info: dict, model: torch.nn.Module, tensors: dict) -> torch.optim.Optimizer:
+    cls = getattr(torch.optim, info["class"], None)
+    if not (isinstance(cls, type) and issubclass(cls, torch.optim.Optimizer)):
+        raise ValueError(f"checkpoint names an unknown optimizer class {info['class']!r}")
+    params = dict(model.named_parameters())
+    groups = [{"params": [params[name] for name in names]} for names in info["param_names"]]
+    # defaults also hold flags the constructor does not take (AdamW's decoupled_weight_decay).
+    accepted = inspect.signature(cls.__init__).parameters
+    defaults = {k: v for k, v in _unpack(info["defaults"], tensors).items() if k in accepted and k != "params"}
+    optimizer = cls(groups, **defaults)
+    optimizer.load_state_dict(_unpack(info["state_dict"], tensors))  # all hyperparameters and state
+    return optimizer
+
+
+def _pack_rng(tensors: dict) -> dict:
+    tensors["rng.torch"] = torch.get_rng_state()
+    cuda_states = torch.cuda.get_rng_state_all() if torch.cuda.is_available() else []
+    for i, state in enumerate(cuda_states):
+        tensors[f"rng.cuda.{i}"] = state
+    name, keys, pos, has_gauss, cached_gaussian = np.random.get_state(legacy=True)
+    return {
+        "python": _pack(random.getstate(), tensors, "rng.python"),
+        "numpy": [name, keys.tolist(), pos, has_gauss, cached_gaussian],
+        "cuda_devices": len(cuda_states),
+    }
+
+
+def _unpack_rng(info: dict, tensors: dict) -> None:
+    random.setstate(_unpack(info["python"], tensors))
+    name, keys, pos, has_gauss, cached_gaussian = info["numpy"]
+    np.random.set_state((name, np.array(keys, dtype=np.uint32), pos, has_gauss, cached_gaussian))
+    torch.set_rng_state(tensors["rng.torch"])
+    if info["cuda_devices"] and torch.cuda.is_available() and torch.cuda.device_count() == info["cuda_devices"]:
+        torch.cuda.set_rng_state_all([tensors[f"rng.cuda.{i}"] for i in range(info["cuda_devices"])])
+
+
+# --------------------------------------------------------------------------------------------
+# checkpoints
+
+
+def latest_checkpoint(run: Run) -> Path | None:
+    """The newest complete checkpoint folder of ``run`` (temp folders are never complete)."""
+    if not run.checkpoint_dir.is_dir():
+        return None
+    complete = [p for p in run.checkpoint_dir.glob("step-*") if (p / "state.json").is_file()]
+    return max(complete, key=lambda p: int(p.name.split("-")[1]), default=None)
+
+
+def _save_checkpoint(run: Run, model, optimizer, state: TrainState, config: TrainConfig, carry) -> Path:
+    run.checkpoint_dir.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(dir=run.checkpoint_dir, prefix=".tmp-"))
+    tensors: dict[str, torch.Tensor] = {}
+    payload = {
+        "format": CHECKPOINT_FORMAT,
+        "train_state": dataclasses.asdict(state),
+        "train_config": to_jsonable(config),
+        "optimizer": _pack_optimizer(optimizer, model, tensors),
+        "rng": _pack_rng(tensors),
+        "carry": _pack(carry, tensors, "carry"),
+    }
+    save_model(model, str(tmp / "model.safetensors"))
+    save_file(tensors, str(tmp / "state.safetensors"))
+    # state.json last: a folder is complete when it has one (see latest_checkpoint).
+    (tmp / "state.json").write_text(json.dumps(payload), encoding="utf-8")
+    final = run.checkpoint_dir / f"step-{state.step:09d}"
+    if final.exists():
+        shutil.rmtree(final)
+    tmp.rename(final)  # atomic: the checkpoint appears complete or not at all
+    for old in run.checkpoint_dir.iterdir():
+        if old != final and old.is_dir() and not old.name.startswith(".tmp-"):
+            shutil.rmtree(old, ignore_errors=True)
+    return final
+
+
+def _load_checkpoint(path: Path, model, config: TrainConfig):
+    """Restore weights and RNG; returns (optimizer, state, carry)."""
+    payload = json.loads((path / "state.json").read_text(encoding="utf-8"))
+    if payload.get("format") != CHECKPOINT_FORMAT:
+        raise ValueError(f"checkpoint {path} has format {payload.get('format')!r}, expected {CHECKPOINT_FORMAT}")
+    if payload["train_config"] != to_jsonable(config):
+        changed = sorted(k for k, v in to_jsonable(config).items() if payload["train_config"].get(k) != v)
+        raise ValueError(
+            f"checkpoint {path} was written with another TrainConfig (differs in {changed}): "
+            "train with the original config or start a new run"
+        )
+    tensors = load_file(str(path / "state.safetensors"))
+    load_model(model, str(path / "model.safetensors"))
+    optimizer = _unpack_optimizer(payload["optimizer"], model, tensors)
+    _unpack_rng(payload["rng"], tensors)
+    state = TrainState(**payload["train_state"])
+    carry = _unpack(payload["carry"], tensors)
+    return optimizer, state, carry
+
+
+def _save_best(run: Run, model, state: TrainState, metric: str) -> None:
+    run.best_dir.mkdir(parents=True, exist_ok=True)
+    tmp = run.best_dir / f".model.{os.getpid()}.tmp"
+    try:
+        save_model(model, str(tmp), metadata={"step": str(state.step), metric: repr(state.best_metric)})
+        os.replace(tmp, run.best_dir / "model.safetensors")  # atomic: old best or new best
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def load_weights(model: torch.nn.Module, run: Run, which: str = "best") -> torch.nn.Module:
+    """Load a run's trained weights into ``model``: ``"best"`` (lowest validation metric) or ``"last"``."""
+    if which == "best":
+        path = run.best_dir / "model.safetensors"
+        if not path.is_file():
+            raise FileNotFoundError(
+                f"run {run.path} has no best weights ({path}): its evaluations never reported the "
+                "early-stopping metric; use which='last'"
+            )
+    elif which == "last":
+        checkpoint = latest_checkpoint(run)
+        if checkpoint is None:
+            raise FileNotFoundError(f"run {run.path} has no checkpoint yet: train it first")
+        path = checkpoint / "model.safetensors"
+    else:
+        raise ValueError(f"which must be 'best' or 'last', got {which!r}")
+    load_model(model, str(path))
+    return model
+
+
+# --------------------------------------------------------------------------------------------
+# the loop
+
+
+def _truncate_log(path: Path, step: int) -> None:
+    """Keep only records of steps <= ``step`` (those the checkpoint being resumed has seen)."""
+    if not path.exists():
+        return
+    kept = [r for r in read_log_records(path) if r.get("step", 0) <= step]
+    atomic_write_text(path, "".join(json.dumps(r) + "\n" for r in kept))
+
+
+def _shard(batches: Iterable[Any], rank: int, world: int) -> Iterator[Any]:
+    """Rank ``rank``'s share of the batches: one of each complete group of ``world``."""
+    if world == 1:
+        yield from batches
+        return
+    group = []
+    for batch in batches:
+        group.append(batch)
+        if len(group) == world:
+            yield group[rank]
+            group = []
+
+
+def _compute_loss(task: TrainTask, model, batch, carry):
+    if task.stateful:
+        loss, extras, carry = task.loss(model, batch, carry)
+        return loss, extras, carry
+    out = task.loss(model, batch)
+    if isinstance(out, tuple):
+        loss, extras = out
+        return loss, extras, None
+    return out, {}, None
+
+
+def _finished(state: TrainState, config: TrainConfig) -> bool:
+    return (
+        state.stopped_early
+        or (config.max_steps is not None and state.step >= config.max_steps)
+        or (config.max_epochs is not None and state.epoch >= config.max_epochs)
+    )
+
+
+def _final_metrics(state: TrainState) -> dict:
+    metrics = {"steps": state.step, "epochs": state.epoch, "stopped_early": state.stopped_early}
+    metrics.update(state.last_metrics)
+    if state.best_step is not None:
+        metrics["best_step"] = state.best_step
+        metrics.update({f"best_{k}": v for k, v in state.best_metrics.items()})
+    return metrics
+
+
+def train(model: torch.nn.Module, task: TrainTask, config: TrainConfig, run: Run) -> dict:
+    """Train ``model`` on ``task`` into ``run`` (resuming from its checkpoint); returns final metrics."""
+    accelerator = Accelerator(mixed_precision=config.mixed_precision)
+    main = accelerator.is_main_process
+    set_seed(config.seed)  # python, numpy, torch (+ CUDA); a checkpoint's RNG states override it
+
+    checkpoint = latest_checkpoint(run)
+    if checkpoint is None:
+        optimizer, state, carry = build_optimizer(model, config), TrainState(), None
+    else:
+        optimizer, state, carry = _load_checkpoint(checkpoint, model, config)
+    if main:
+        if run.checkpoint_dir.is_dir():  # temp folders of a checkpoint write that was cut short
+            for tmp in run.checkpoint_dir.glob(".tmp-*"):
+                shutil.rmtree(tmp, ignore_errors=True)
+        _truncate_log(run.log_path, state.step)
+    saved_at = state.step if checkpoint is not None else None
+
+    model, optimizer = accelerator.prepare(model, _adopt(optimizer))
+    unwrapped = accelerator.unwrap_model(model)
+    carry = send_to_device(carry, accelerator.device)
+    model.train()
+
+    log_file = open(run.log_path, "a", encoding="utf-8") if main else None
+
+    def log(record: dict) -> None:
+        if log_file is not None:
+            log_file.write(json.dumps(record) + "\n")
+            log_file.flush()  # a killed run keeps every line written so far
+
+    def evaluate(periodic: bool) -> dict:
+        model.eval()
+        with torch.no_grad():
+            metrics = {k: float(v) for k, v in task.evaluate(unwrapped).items()}
+        model.train()
+        state.last_eval_step, state.last_metrics = state.step, metrics
+        log({"kind": "eval", "step": state.step, "epoch": state.epoch, **metrics})
+        name = config.early_stopping_metric
+        if name not in metrics:
+            if config.early_stopping_patience is not None:
+                raise KeyError(f"early stopping watches {name!r} but evaluate() returned only {sorted(metrics)}")
+            return metrics
+        if state.best_metric is None or metrics[name] < state.best_metric:  # NaN never improves
+            state.best_metric, state.best_step, state.best_metrics = metrics[name], state.step, metrics
+            state.evals_since_best = 0
+            if main:
+                _save_best(run, unwrapped, state, name)
+        else:
+            state.evals_since_best += 1
+            patience = config.early_stopping_patience
+            # The final evaluation (periodic=False) only tracks the best; training is over anyway.
+            if periodic and patience is not None and state.evals_since_best >= patience:
+                state.stopped_early = True
+        return metrics
+
+    def save_checkpoint() -> None:
+        nonlocal saved_at
+        accelerator.wait_for_everyone()
+        if main:
+            _save_checkpoint(run, unwrapped, _unwrap_optimizer(optimizer), state, config, carry)
+        saved_at = state.step
+
+    progress = tqdm(total=config.max_steps, initial=state.step, desc=f"{run.study}/{run.hash}",
+                    **({} if main else {"disable": True}))
+    try:
+        while not _finished(state, config):
+            batches = _shard(task.batches(state.epoch), accelerator.process_index, accelerator.num_processes)
+            # After a resume, skip the batches of this epoch the checkpoint has already trained on.
+            batches = itertools.islice(batches, state.batch_in_epoch, None)
+            for batch in batches:
+                lr = _set_lr(optimizer, config, state.step)
+                batch = send_to_device(batch, accelerator.device)
+                with accelerator.autocast():
+                    loss, extras, carry = _compute_loss(task, model, batch, carry)
+                accelerator.backward(loss)
+                grad_norm = None
+                if config.grad_clip is not None:
+                    grad_norm = accelerator.clip_grad_norm_(model.parameters(), config.grad_clip)
+                optimizer.step()
+                optimizer.zero_grad(set_to_none=True)
+                state.step += 1
+                state.batch_in_epoch += 1
+                progress.update(1)
+
+                if state.step % config.log_every == 0:  # .item() syncs with the GPU: only here
+                    record = {"kind": "train", "step": state.step, "epoch": state.epoch, "lr": lr,
+                              "loss": loss.item(),
+                              "grad_norm": None if grad_norm is None else float(grad_norm)}
+                    record.update({k: float(v) for k, v in extras.items()})
+                    log(record)
+                    progress.set_postfix(loss=f"{record['loss']:.4f}", refresh=False)
+                if config.eval_every is not None and state.step % config.eval_every == 0:
+                    metrics = evaluate(periodic=True)
+                    replacement = task.on_eval(state, metrics, _unwrap_optimizer(optimizer))
+                    if replacement is not None:
+                        optimizer = accelerator.prepare(_adopt(replacement))
+                if config.checkpoint_every is not None and state.step % config.checkpoint_every == 0:
+                    save_checkpoint()
+                if _finished(state, config):
+                    break
+            else:  # the epoch ran out of batches
+                if state.batch_in_epoch == 0:
+                    raise ValueError(f"{type(task).__name__}.batches({state.epoch}) yielded no batches")
+                state.epoch += 1
+                state.batch_in_epoch = 0
+                carry = None  # stateful tasks start every epoch afresh
+
+        if state.last_eval_step != state.step:
+            evaluate(periodic=False)
+        if saved_at != state.step:
+            save_checkpoint()
+    finally:
+        progress.close()
+        if log_file is not None:
+            log_file.close()
+    return _final_metrics(state)

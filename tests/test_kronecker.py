@@ -1,0 +1,337 @@
+"""Kronecker-factored GPT-2 MLPs (lmstudy.models.kronecker) and the Krony-PT parameter tables."""
+
+from __future__ import annotations
+
+import argparse
+
+import pytest
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+from transformers import GPT2Config, GPT2LMHeadModel
+from transformers.pytorch_utils import Conv1D
+
+from lmstudy import krony_table
+from lmstudy.models.kronecker import (
+    KroneckerConfig, KroneckerLinear, compress, compressed_parameter_count, count_parameters, decompress,
+    gpt2_parameter_count, kronecker_layers, partner_shape, prune_init, random_init, van_loan,
+)
+
+
+def tiny_config(**overrides) -> GPT2Config:
+    settings = dict(
+        n_layer=2, n_head=2, n_embd=32, vocab_size=97, n_positions=32, bos_token_id=0, eos_token_id=0,
+        resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0,
+    )
+    return GPT2Config(**{**settings, **overrides})
+
+
+def tiny_model(seed: int = 0, **overrides) -> GPT2LMHeadModel:
+    torch.manual_seed(seed)
+    return GPT2LMHeadModel(tiny_config(**overrides)).eval()
+
+
+def token_batch(vocab_size: int = 97, seed: int = 1) -> torch.Tensor:
+    return torch.randint(0, vocab_size, (2, 16), generator=torch.Generator().manual_seed(seed))
+
+
+def kron_sum(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """Reference sum_f A_f ⊗ B_f built with torch.kron (independent of the module's einsum)."""
+    return sum(torch.kron(a_f, b_f) for a_f, b_f in zip(a, b))
+
+
+# ------------------------------------------------------------------------------------------ Van Loan
+
+
+def test_full_rank_van_loan_reproduces_the_weight():
+    weight = torch.randn(24, 20, generator=torch.Generator().manual_seed(0))
+    a_shape, b_shape = (4, 5), (6, 4)
+    a, b = van_loan(weight, a_shape, b_shape, rank=min(4 * 5, 6 * 4))
+    assert a.shape == (20, 4, 5) and b.shape == (20, 6, 4)
+    assert torch.allclose(kron_sum(a, b), weight, atol=1e-5)
+
+
+def test_van_loan_recovers_an_exact_kronecker_product_and_is_deterministic():
+    generator = torch.Generator().manual_seed(1)
+    a_true, b_true = torch.randn(3, 4, generator=generator), torch.randn(5, 2, generator=generator)
+    weight = torch.kron(a_true, b_true)
+    a, b = van_loan(weight, (3, 4), (5, 2), rank=1)
+    assert torch.allclose(torch.kron(a[0], b[0]), weight, atol=1e-5)
+    again_a, again_b = van_loan(weight.clone(), (3, 4), (5, 2), rank=1)
+    assert torch.equal(a, again_a) and torch.equal(b, again_b)
+    # Sign convention: the largest entry of vec(A) is positive.
+    assert a[0].flatten()[a[0].abs().argmax()] > 0
+
+
+def test_van_loan_error_is_the_eckart_young_bound():
+    """Rank-k error² = sum of the squared trailing singular values of R(W), built here with plain loops."""
+    weight = torch.randn(12, 10, generator=torch.Generator().manual_seed(2), dtype=torch.float64)
+    (p, q), (r, t) = (3, 5), (4, 2)
+    rearranged = torch.empty(p * q, r * t, dtype=torch.float64)
+    for i in range(p):
+        for j in range(q):
+            for k in range(r):
+                for l in range(t):
+                    rearranged[i * q + j, k * t + l] = weight[i * r + k, j * t + l]
+    sigma = torch.linalg.svdvals(rearranged)
+    errors = []
+    for rank in (1, 3, 6):
+        a, b = van_loan(weight, (p, q), (r, t), rank)
+        error = torch.linalg.matrix_norm(weight - kron_sum(a, b))
+        assert error.item() == pytest.approx(sigma[rank:].square().sum().sqrt().item(), rel=1e-9, abs=1e-12)
+        errors.append(error.item())
+    assert errors == sorted(errors, reverse=True)
+
+
+def test_van_loan_rejects_bad_shapes_and_ranks():
+    weight = torch.randn(12, 10)
+    with pytest.raises(ValueError, match="rank must be between 1 and 8"):
+        van_loan(weight, (3, 5), (4, 2), rank=9)
+    with pytest.raises(ValueError, match="partner_shape"):
+        van_loan(weight, (3, 5), (4, 3))
+    with pytest.raises(ValueError, match=r"a_shape \(5, 5\) does not divide"):
+        partner_shape((12, 10), (5, 5))
+
+
+# ------------------------------------------------------------------------------------------ pruning
+
+
+def test_prune_init_is_the_papers_construction():
+    """The paper's Sec. 3.4.2 example: a 6x5 matrix, every second row pruned, B = [1 0]ᵀ."""
+    weight = torch.arange(1.0, 31.0).reshape(6, 5)  # a_ij = 5 * (i - 1) + j
+    a, b = prune_init(weight, (3, 5), (2, 1))
+    expected_a = torch.tensor([
+        [1.0, 2.0, 3.0, 4.0, 5.0],  # a_1j
+        [11.0, 12.0, 13.0, 14.0, 15.0],  # a_3j
+        [21.0, 22.0, 23.0, 24.0, 25.0],  # a_5j
+    ])
+    assert torch.equal(a[0], expected_a)
+    assert torch.equal(b[0], torch.tensor([[1.0], [0.0]]))
+    pruned = torch.kron(a[0], b[0])
+    assert torch.equal(pruned[0::2], weight[0::2]) and torch.count_nonzero(pruned[1::2]) == 0
+    # The transposed case (B = [1 0], as for the 95M model's c_fc in Sec. 3.2) prunes every second column.
+    a, b = prune_init(weight.T, (5, 3), (1, 2))
+    assert torch.equal(b[0], torch.tensor([[1.0, 0.0]]))
+    pruned = torch.kron(a[0], b[0])
+    assert torch.equal(pruned[:, 0::2], weight.T[:, 0::2]) and torch.count_nonzero(pruned[:, 1::2]) == 0
+
+
+def test_prune_compression_equals_gpt2_with_every_second_hidden_unit_removed():
+    model = tiny_model()
+    reference = tiny_model()
+    with torch.no_grad():  # HF Conv1D layout: c_fc (in, hidden), c_proj (hidden, in)
+        for block in reference.transformer.h:
+            block.mlp.c_fc.weight[:, 1::2] = 0.0
+            block.mlp.c_proj.weight[1::2, :] = 0.0
+    compress(model, KroneckerConfig(a_shape=(64, 32)), init="prune")  # Table 1's 96M pattern: B = (2, 1)
+    tokens = token_batch()
+    assert torch.allclose(model(tokens).logits, reference(tokens).logits, atol=1e-5)
+
+
+def test_prune_with_extra_factors_keeps_the_pruned_function():
+    conv = Conv1D(12, 10)
+    one = KroneckerLinear.from_conv1d(conv, (6, 10), n_factors=1, init="prune")
+    three = KroneckerLinear.from_conv1d(conv, (6, 10), n_factors=3, init="prune")
+    assert torch.allclose(one.to_dense_weight(), three.to_dense_weight())
+    assert torch.count_nonzero(three.b_factors[1:]) > 0
+
+
+# ------------------------------------------------------------------------------------------ the layer
+
+
+@pytest.mark.parametrize("n_factors", [1, 2, 5])
+@pytest.mark.parametrize("scalars", [False, True])
+@pytest.mark.parametrize("a_first", [True, False])
+def test_factored_forward_equals_the_dense_weight(n_factors, scalars, a_first):
+    conv = Conv1D(24, 20)
+    with torch.no_grad():
+        conv.bias.normal_()
+    generator = torch.Generator().manual_seed(n_factors)
+    layer = KroneckerLinear.from_conv1d(conv, (4, 5), n_factors, scalars, init="random", generator=generator)
+    if scalars:
+        with torch.no_grad():
+            layer.scalars.normal_(generator=generator)
+    layer.a_first = a_first  # exercise both contraction orders
+    x = torch.randn(3, 7, 20, generator=generator)
+    dense = layer.to_dense_weight()  # (in, out)
+    assert dense.shape == (20, 24)
+    scale = layer.scalars if scalars else torch.ones(n_factors)
+    assert torch.allclose(dense.T, kron_sum(layer.a_factors * scale[:, None, None], layer.b_factors), atol=1e-6)
+    assert torch.allclose(layer(x), x @ dense + layer.bias, atol=1e-5)
+
+
+class _RecordOps(TorchDispatchMode):
+    """Records the name and output sizes of every aten op run inside the context."""
+
+    def __init__(self):
+        super().__init__()
+        self.ops: list[tuple[str, int]] = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        outputs = out if isinstance(out, (tuple, list)) else [out]
+        size = max((o.numel() for o in outputs if isinstance(o, torch.Tensor)), default=0)
+        self.ops.append((str(func), size))
+        return out
+
+
+@pytest.mark.parametrize("a_shape, a_first", [((8, 16), True), ((8, 2), False)])  # both contraction orders
+def test_forward_never_builds_the_kronecker_product(a_shape, a_first):
+    layer = KroneckerLinear.from_conv1d(Conv1D(128, 64), a_shape, n_factors=2, init="random")
+    assert layer.a_first == a_first
+    x = torch.randn(3, 64)
+    with _RecordOps() as recorder:
+        layer(x)
+    assert recorder.ops, "no ops recorded"
+    assert not any("kron" in name for name, _ in recorder.ops)
+    # Nothing bigger than a factor or an activation: far below in * out = 8192.
+    (p, q), (r, t) = layer.a_shape, layer.b_shape
+    activations = 3 * max(layer.n_factors * max(p * t, q * r), 128)
+    allowed = max(layer.a_factors.numel(), layer.b_factors.numel(), activations)
+    assert allowed <= 64 * 128 // 8
+    assert max(size for _, size in recorder.ops) <= allowed
+
+
+def test_the_cheaper_contraction_order_is_chosen():
+    # A (768, 768), B (4, 1) of the 81M model: A first costs 768*1*(768+4), B first 768*4*(1+768).
+    layer = KroneckerLinear(768, 3072, (768, 768))
+    assert layer.a_first and layer.multiply_adds_per_token() == 768 * 772
+    layer = KroneckerLinear(768, 3072, (4, 1))  # the mirror image: B first is cheaper
+    assert not layer.a_first and layer.multiply_adds_per_token() == 768 * 772
+
+
+def test_random_init_has_the_requested_std():
+    a, b = random_init((16, 32), (64, 8), rank=4, std=0.02, generator=torch.Generator().manual_seed(3))
+    folded = kron_sum(a, b)
+    assert folded.std().item() == pytest.approx(0.02, rel=0.15)
+
+
+# ------------------------------------------------------------------------------------------ whole models
+
+
+def test_full_rank_compression_keeps_the_model_and_decompress_matches_the_factored_logits(tmp_path):
+    model = tiny_model()
+    tokens = token_batch()
+    original = model(tokens).logits
+    # c_fc (128, 32) with A (8, 4): B (16, 8); full rank = min(32, 128) = 32 factors.
+    compress(model, KroneckerConfig(a_shape=(8, 4), n_factors=32))
+    assert len(kronecker_layers(model)) == 4
+    factored = model(tokens).logits
+    assert torch.allclose(factored, original, atol=1e-5)
+
+    dense = decompress(model)
+    assert type(dense) is GPT2LMHeadModel and not kronecker_layers(dense)
+    assert all(isinstance(block.mlp.c_fc, Conv1D) and isinstance(block.mlp.c_proj, Conv1D) for block in dense.transformer.h)
+    assert len(kronecker_layers(model)) == 4  # the factored model is left as it was
+    assert torch.allclose(dense(tokens).logits, factored, atol=1e-5)
+    assert count_parameters(dense) == gpt2_parameter_count(model.config)
+
+    dense.save_pretrained(tmp_path)
+    reloaded = GPT2LMHeadModel.from_pretrained(tmp_path).eval()
+    assert torch.allclose(reloaded(tokens).logits, factored, atol=1e-5)
+
+
+@pytest.mark.parametrize("init", ["van_loan", "prune", "random"])
+def test_decompress_matches_a_low_rank_factored_model(init):
+    model = tiny_model()
+    compress(model, KroneckerConfig(a_shape=(16, 8), n_factors=2, scalars=True), init=init)
+    tokens = token_batch()
+    factored = model(tokens).logits
+    assert torch.allclose(decompress(model)(tokens).logits, factored, atol=1e-5)
+    if init == "van_loan":  # rank 2 of a random MLP is a real approximation, not the original
+        assert not torch.allclose(factored, tiny_model()(tokens).logits, atol=1e-3)
+
+
+def test_compress_one_step_of_training_reaches_every_factor():
+    model = tiny_model().train()
+    compress(model, KroneckerConfig(a_shape=(16, 8), n_factors=2, scalars=True))
+    tokens = token_batch()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
+    loss = model(tokens, labels=tokens).loss
+    loss.backward()
+    for name, layer in kronecker_layers(model):
+        for parameter in (layer.a_factors, layer.b_factors, layer.scalars, layer.bias):
+            assert parameter.grad is not None and torch.isfinite(parameter.grad).all(), name
+            assert parameter.grad.abs().sum() > 0, name
+    before = {name: layer.scalars.detach().clone() for name, layer in kronecker_layers(model)}
+    optimizer.step()
+    assert all(not torch.equal(before[name], layer.scalars) for name, layer in kronecker_layers(model))
+    with torch.no_grad():
+        assert model(tokens, labels=tokens).loss < loss
+
+
+def test_compress_only_the_chosen_matrices_and_refuses_twice():
+    model = tiny_model()
+    config = KroneckerConfig(a_shape=[32, 16], matrices=["c_fc"])  # lists, as YAML gives them
+    assert config.a_shape == (32, 16) and config.matrices == ("c_fc",)
+    compress(model, config)
+    assert [name.rsplit(".", 1)[-1] for name, _ in kronecker_layers(model)] == ["c_fc", "c_fc"]
+    assert count_parameters(model) == compressed_parameter_count(model.config, config)
+    with pytest.raises(ValueError, match="already compressed"):
+        compress(model, config)
+    with pytest.raises(ValueError, match="unknown init"):
+        compress(tiny_model(), KroneckerConfig(a_shape=(32, 16)), init="svd")
+    with pytest.raises(ValueError, match="does not divide"):
+        compress(tiny_model(), KroneckerConfig(a_shape=(48, 16)))
+    with pytest.raises(ValueError, match="matrices"):
+        KroneckerConfig(a_shape=(32, 16), matrices=("attn",))
+
+
+@pytest.mark.parametrize("overrides", [{}, {"n_inner": 64}, {"tie_word_embeddings": False}])
+@pytest.mark.parametrize("scalars", [False, True])
+def test_parameter_counts_from_the_config_equal_the_real_model(overrides, scalars):
+    model = tiny_model(**overrides)
+    assert count_parameters(model) == gpt2_parameter_count(model.config)
+    config = KroneckerConfig(a_shape=(16, 8), n_factors=3, scalars=scalars)
+    compress(model, config, init="random")
+    assert count_parameters(model) == compressed_parameter_count(model.config, config)
+
+
+# ------------------------------------------------------------------------------------------ paper tables
+
+
+def _meta_gpt2_small() -> GPT2LMHeadModel:
+    with torch.device("meta"):  # real GPT-2 small shapes, no memory
+        return GPT2LMHeadModel(krony_table.GPT2_SMALL)
+
+
+def test_gpt2_small_has_124_439_808_parameters():
+    assert count_parameters(_meta_gpt2_small()) == gpt2_parameter_count(krony_table.GPT2_SMALL) == 124_439_808
+
+
+def test_every_table_row_matches_the_paper():
+    rows = krony_table.table_rows()
+    assert [row["table"] for row in rows].count("1") == len(krony_table.PAPER_TABLE_1) == 23
+    assert [row["table"] for row in rows].count("2") == 6
+    mismatches = [row for row in rows if not row["matches"]]
+    assert not mismatches, mismatches
+    by_dimension = {row["dimension"]: row for row in rows if row["table"] == "1"}
+    assert (by_dimension[(768, 768)]["params"], by_dimension[(768, 768)]["model_size"]) == (589_828, 81_972_576)
+    assert (by_dimension[(64, 32)]["params"], by_dimension[(64, 32)]["model_size"]) == (3_200, 67_893_504)
+    assert by_dimension[(3072, 768)]["model_size"] == 124_439_832
+    assert all(row["max_rank"] == 768 for row in rows if row["table"] == "1")  # the paper's selection rule
+    table_2 = {(row["name"], row["factors"]): row["model_size"] for row in rows if row["table"] == "2"}
+    assert table_2[("MF2", 3)] == 86_691_720  # printed "86M": the paper truncates
+
+
+def test_table_1_counts_equal_real_compressed_gpt2_small_models():
+    for row in krony_table.table_rows():
+        if row["table"] != "1":
+            continue
+        model = compress(_meta_gpt2_small(), KroneckerConfig(a_shape=row["dimension"]), init="random")
+        assert count_parameters(model) == row["model_size"], row["dimension"]
+
+
+def test_section_4_4_scalars_add_96_parameters():
+    without = KroneckerConfig(a_shape=(1024, 256), n_factors=4)
+    with_scalars = KroneckerConfig(a_shape=(1024, 256), n_factors=4, scalars=True)
+    small = krony_table.GPT2_SMALL
+    assert compressed_parameter_count(small, with_scalars) - compressed_parameter_count(small, without) == 96
+
+
+def test_cli_prints_the_table(capsys):
+    parser = argparse.ArgumentParser()
+    krony_table.register(parser.add_subparsers(dest="command", required=True))
+    args = parser.parse_args(["krony", "table"])
+    assert args.handler(args) == 0
+    printed = capsys.readouterr().out
+    assert "81,972,576" in printed and "124,439,832" in printed and " NO" not in printed

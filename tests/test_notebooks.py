@@ -1,0 +1,85 @@
+"""Study notebooks: parameters cells hold the smoke preset, and the papermill CLI runs them.
+
+nbval (``pytest --nbval-lax notebooks``, part of ``make test``) executes every notebook at its
+default (smoke) parameters; here we check the batch path, ``python -m lmstudy study``.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import papermill
+import pytest
+
+from lmstudy.notebook_runner import find_notebook, parse_overrides
+from lmstudy.paths import notebooks_dir
+from lmstudy.scales import PRESETS, SCALES
+
+NOTEBOOKS = sorted(notebooks_dir().glob("*.ipynb"))
+
+
+def test_every_notebook_has_presets_for_every_scale():
+    assert NOTEBOOKS, "no notebooks found"
+    for notebook in NOTEBOOKS:
+        assert notebook.stem in PRESETS, f"{notebook.name} has no entry in lmstudy/scales.py"
+        assert set(PRESETS[notebook.stem]) == set(SCALES)
+
+
+@pytest.mark.parametrize("notebook", NOTEBOOKS, ids=[n.stem for n in NOTEBOOKS])
+def test_parameters_cell_defaults_are_the_smoke_preset(notebook: Path):
+    declared = papermill.inspect_notebook(str(notebook))
+    defaults = {name: ast.literal_eval(spec["default"]) for name, spec in declared.items()}
+    assert defaults.pop("scale") == "smoke"
+    assert defaults == PRESETS[notebook.stem]["smoke"]
+
+
+def test_find_notebook_by_short_name_and_clear_error():
+    assert find_notebook("quickstart").stem == "00_quickstart"
+    with pytest.raises(FileNotFoundError, match="studies: 00_quickstart"):
+        find_notebook("no_such_study")
+
+
+def test_overrides_are_typed():
+    assert parse_overrides([("lr", "1e-3"), ("max_steps", "5"), ("tied", "true")]) == {
+        "lr": 1e-3, "max_steps": 5, "tied": True,
+    }
+
+
+def _cli(*args: str, env: dict) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "lmstudy", *args], capture_output=True, text=True, env=env, timeout=600
+    )
+
+
+@pytest.fixture
+def isolated_env(tmp_path) -> dict:
+    """Runs and figures in tmp_path, so a test never touches the published ones."""
+    return {**os.environ, "LMSTUDY_RUNS": str(tmp_path / "runs"), "LMSTUDY_FIGURES": str(tmp_path / "figures"),
+            "TQDM_DISABLE": "1", "MPLBACKEND": "agg"}
+
+
+def test_study_cli_rejects_unknown_parameter_and_study(isolated_env):
+    result = _cli("study", "quickstart", "-p", "no_such_knob", "1", env=isolated_env)
+    assert result.returncode == 2 and "no parameter(s) no_such_knob" in result.stderr
+    result = _cli("study", "nonexistent", env=isolated_env)
+    assert result.returncode == 2 and "no study notebook named 'nonexistent'" in result.stderr
+
+
+@pytest.mark.slow
+def test_study_cli_runs_quickstart_at_smoke_scale(isolated_env, tmp_path):
+    from conftest import require_corpus
+
+    require_corpus("ptb")
+    result = _cli("study", "quickstart", "--scale", "smoke", "-p", "max_steps", "20", env=isolated_env)
+    assert result.returncode == 0, result.stderr[-3000:]
+    executed = tmp_path / "runs" / "notebooks" / "00_quickstart-smoke.ipynb"
+    cells = json.loads(executed.read_text())["cells"]
+    outputs = [o for c in cells if c["cell_type"] == "code" for o in c.get("outputs", [])]
+    assert not [o for o in outputs if o["output_type"] == "error"]
+    assert any("max_steps = 20" in "".join(c["source"]) for c in cells)  # the override was injected
+    assert (tmp_path / "figures" / "smoke" / "00_quickstart_loss.png").is_file()

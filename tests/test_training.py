@@ -1,0 +1,364 @@
+"""The training loop and LM batching: learning, early stopping, exact resume, the kill test."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from lmstudy.lm_batches import (
+    LMTask,
+    batchify,
+    epoch_generator,
+    eval_windows,
+    iter_bptt,
+    random_windows,
+)
+from lmstudy.paths import REPO_ROOT
+from lmstudy.runs import cached, get_run, read_log_records
+from lmstudy.training import TrainConfig, TrainTask, latest_checkpoint, load_weights, lr_multiplier, train
+
+sys.path.insert(0, str(Path(__file__).parent))
+from train_tiny import synthetic_stream, tiny_gpt2  # noqa: E402  (also pins torch to 1 thread)
+
+TRAIN_TINY = Path(__file__).with_name("train_tiny.py")
+
+
+@pytest.fixture(autouse=True)
+def runs_in_tmp(tmp_path, monkeypatch):
+    monkeypatch.setenv("LMSTUDY_RUNS", str(tmp_path / "runs"))
+
+
+def assert_same_metrics(a: dict, b: dict, tol: float = 1e-6) -> None:
+    assert a.keys() == b.keys()
+    for key in a:
+        if isinstance(a[key], float):
+            assert math.isclose(a[key], b[key], rel_tol=0, abs_tol=tol), key
+        else:
+            assert a[key] == b[key], key
+
+
+def assert_same_logs(a: list[dict], b: list[dict]) -> None:
+    assert len(a) == len(b) and len(a) > 0
+    for record_a, record_b in zip(a, b):
+        assert_same_metrics(record_a, record_b)
+
+
+def assert_no_duplicate_steps(records: list[dict]) -> None:
+    for kind in ("train", "eval"):
+        steps = [r["step"] for r in records if r["kind"] == kind]
+        assert steps == sorted(set(steps)), kind
+
+
+# --------------------------------------------------------------------------------------------
+# lm_batches
+
+
+def test_batchify_and_bptt_windows_read_contiguous_streams():
+    ids = torch.arange(103)
+    data = batchify(ids, 4)  # (4, 25): the last 3 tokens dropped
+    assert data.shape == (4, 25)
+    assert torch.equal(data[1], torch.arange(25, 50))
+    windows = list(iter_bptt(data, 10))
+    assert [x.shape[1] for x, _ in windows] == [10, 10, 4]  # 24 targets per row
+    for x, y in windows:
+        assert torch.equal(y, x + 1)  # targets are the next tokens of the same row
+    assert torch.equal(torch.cat([x for x, _ in windows], 1), data[:, :-1])
+
+
+def test_random_windows_are_seeded_by_seed_and_epoch():
+    ids = synthetic_stream(500, seed=3)
+
+    def draw(seed, epoch):
+        return list(random_windows(ids, 4, 8, 3, epoch_generator(seed, epoch)))
+
+    first, again, other_epoch = draw(0, 0), draw(0, 0), draw(0, 1)
+    assert all(torch.equal(a[0], b[0]) for a, b in zip(first, again))
+    assert not torch.equal(first[0][0], other_epoch[0][0])
+    assert not torch.equal(draw(1, 0)[0][0], first[0][0])
+    windows = ids.unfold(0, 9, 1)
+    for x, y in first:
+        assert x.shape == y.shape == (4, 8)
+        for row_x, row_y in zip(x, y):  # each row is a real window of the stream, shifted by one
+            full = torch.cat([row_x, row_y[-1:]])
+            assert (windows == full).all(1).any()
+
+
+@pytest.mark.parametrize("length", [50, 51, 57])
+def test_eval_windows_predict_every_token_once(length):
+    ids = torch.arange(length)
+    batches = list(eval_windows(ids, seq_len=7, batch_size=3))
+    targets = torch.cat([y.reshape(-1) for _, y in batches])
+    assert torch.equal(targets, ids[1:])
+    for x, y in batches:
+        assert torch.equal(y, x + 1)
+
+
+def test_lr_schedule_warms_up_then_decays_to_min():
+    config = TrainConfig(max_steps=100, lr_schedule="cosine", warmup_steps=10, min_lr_ratio=0.1)
+    factors = [lr_multiplier(step, config) for step in range(100)]
+    assert factors[0] == pytest.approx(0.1) and factors[9] == pytest.approx(1.0)
+    assert all(a >= b for a, b in zip(factors[10:], factors[11:]))
+    assert factors[-1] == pytest.approx(0.1, abs=1e-3)
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        ({}, "max_steps or max_epochs"),
+        ({"max_steps": 10, "optimizer": "adam"}, "'adam'"),
+        ({"max_epochs": 2, "lr_schedule": "cosine"}, "max_steps"),
+        ({"max_steps": 10, "early_stopping_patience": 2}, "eval_every"),
+        ({"max_steps": 0}, "max_steps"),
+    ],
+)
+def test_bad_train_config_is_named(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        TrainConfig(**kwargs)
+
+
+# --------------------------------------------------------------------------------------------
+# training
+
+
+def tiny_lm_task(**overrides) -> LMTask:
+    data = synthetic_stream(4000, seed=0)
+    settings = dict(batch_size=8, seq_len=16, batches_per_epoch=30, seed=7)
+    settings.update(overrides)
+    return LMTask(data[:3500], data[3500:], **settings)
+
+
+class CountingTask(TrainTask):
+    """Wraps a task: counts loss calls and can raise once at a given call (a crash mid-run)."""
+
+    def __init__(self, inner: TrainTask, crash_at_call: int | None = None):
+        self.inner, self.crash_at_call, self.calls = inner, crash_at_call, 0
+        self.stateful = inner.stateful
+
+    def batches(self, epoch):
+        return self.inner.batches(epoch)
+
+    def loss(self, model, batch, *carry):
+        self.calls += 1
+        if self.calls == self.crash_at_call:
+            raise KeyboardInterrupt("simulated crash")
+        return self.inner.loss(model, batch, *carry)
+
+    def evaluate(self, model):
+        return self.inner.evaluate(model)
+
+    def on_eval(self, state, metrics, optimizer):
+        return self.inner.on_eval(state, metrics, optimizer)
+
+
+def test_loss_decreases_and_cached_training_is_not_repeated():
+    task = CountingTask(tiny_lm_task(sampling="contiguous"))
+    torch.manual_seed(0)
+    before = task.evaluate(tiny_gpt2().eval())["val_loss"]
+    config = TrainConfig(max_steps=60, lr=3e-3, eval_every=30, log_every=10)
+
+    def fit(run):
+        torch.manual_seed(0)
+        return train(tiny_gpt2(), task, config, run)
+
+    metrics = cached("tiny", {"train": config}, fit)
+    assert metrics["steps"] == 60 and metrics["epochs"] >= 1
+    assert metrics["val_loss"] < 0.6 * before  # log(48) = 3.87 at the start
+    assert metrics["val_ppl"] == pytest.approx(math.exp(metrics["val_loss"]))
+    records = read_log_records(get_run("tiny", {"train": config}).log_path)
+    losses = [r["loss"] for r in records if r["kind"] == "train"]
+    assert [r["step"] for r in records if r["kind"] == "train"] == [10, 20, 30, 40, 50, 60]
+    assert losses[-1] < losses[0]
+
+    calls = task.calls
+    assert cached("tiny", {"train": config}, fit) == metrics
+    assert task.calls == calls  # the finished run was read back, not trained again
+
+
+class ScriptedValidationTask(TrainTask):
+    """A linear model on random data whose validation losses are given in advance."""
+
+    def __init__(self, val_losses: list[float]):
+        self.val_losses, self.snapshots = val_losses, []
+
+    def batches(self, epoch):
+        generator = epoch_generator(0, epoch)
+        return [torch.randn(4, 3, generator=generator) for _ in range(10)]
+
+    def loss(self, model, batch):
+        return (model(batch) - batch.sum(1, keepdim=True)).pow(2).mean()
+
+    def evaluate(self, model):
+        self.snapshots.append({k: v.clone() for k, v in model.state_dict().items()})
+        return {"val_loss": self.val_losses[len(self.snapshots) - 1]}
+
+
+def test_early_stopping_stops_and_keeps_the_best_weights():
+    task = ScriptedValidationTask([3.0, 2.0, 2.5, 2.6, 2.7, 2.8, 2.9])
+    config = TrainConfig(max_steps=100, eval_every=5, early_stopping_patience=2, lr=0.01)
+    run = get_run("early", {"train": config})
+    model = nn.Linear(3, 1)
+    metrics = train(model, task, config, run)
+    assert metrics["stopped_early"] is True
+    assert metrics["steps"] == 20  # evals at 5, 10 (best), 15, 20: two without improvement
+    assert metrics["best_step"] == 10 and metrics["best_val_loss"] == 2.0
+    assert metrics["val_loss"] == 2.6
+    best = load_weights(nn.Linear(3, 1), run, "best")
+    assert all(torch.equal(best.state_dict()[k], task.snapshots[1][k]) for k in task.snapshots[1])
+    last = load_weights(nn.Linear(3, 1), run, "last")
+    assert torch.equal(last.weight, model.weight) and not torch.equal(last.weight, best.weight)
+
+    # The finished run resumes as finished; another TrainConfig in the same run is refused.
+    assert train(nn.Linear(3, 1), task, config, run) == metrics
+    with pytest.raises(ValueError, match="another TrainConfig"):
+        train(nn.Linear(3, 1), task, TrainConfig(max_steps=100, eval_every=5, lr=0.02), run)
+
+
+def test_resume_after_a_crash_gives_identical_results():
+    config = TrainConfig(max_steps=70, lr=3e-3, lr_schedule="cosine", warmup_steps=5, weight_decay=0.1,
+                         eval_every=25, checkpoint_every=20, log_every=5, seed=3)
+
+    def fit(study, task, init_seed=0):
+        torch.manual_seed(init_seed)
+        return train(tiny_gpt2(), task, config, get_run(study, {"train": config}))
+
+    reference = fit("reference", tiny_lm_task())
+    # Crash at the 47th batch: after the step-40 checkpoint, mid-epoch (30 batches per epoch).
+    with pytest.raises(KeyboardInterrupt):
+        fit("resumed", CountingTask(tiny_lm_task(), crash_at_call=47))
+    run = get_run("resumed", {"train": config})
+    assert latest_checkpoint(run).name == "step-000000040"
+    assert max(r["step"] for r in read_log_records(run.log_path)) == 45  # logged past the checkpoint
+    assert {p.suffix for p in latest_checkpoint(run).iterdir()} == {".json", ".safetensors"}
+
+    resumed = fit("resumed", tiny_lm_task(), init_seed=99)  # weights come from the checkpoint
+    assert_same_metrics(resumed, reference)
+    records = read_log_records(run.log_path)
+    assert_no_duplicate_steps(records)
+    assert_same_logs(records, read_log_records(get_run("reference", {"train": config}).log_path))
+
+
+class TinyLSTM(nn.Module):
+    def __init__(self, vocab: int = 48, size: int = 16):
+        super().__init__()
+        self.embed, self.drop = nn.Embedding(vocab, size), nn.Dropout(0.2)
+        self.lstm, self.head = nn.LSTM(size, size, batch_first=True), nn.Linear(size, vocab)
+
+    def forward(self, x, hidden=None):
+        output, hidden = self.lstm(self.drop(self.embed(x)), hidden)  # (B, T, H)
+        return self.head(self.drop(output)), hidden  # (B, T, V)
+
+
+class StatefulStreamTask(TrainTask):
+    """AWD-LSTM's two needs: hidden state carried across batches, and SGD -> ASGD at an eval."""
+
+    stateful = True
+
+    def __init__(self):
+        data = synthetic_stream(400, seed=1)
+        self.train_data, self.valid_data = batchify(data[:240], 4), batchify(data[240:], 2)  # (4, 60), (2, 80)
+
+    def batches(self, epoch):
+        return iter_bptt(self.train_data, 10)  # 6 windows per epoch
+
+    def loss(self, model, batch, carry):
+        x, y = batch
+        logits, hidden = model(x, carry)
+        loss = F.cross_entropy(logits.reshape(-1, logits.size(-1)), y.reshape(-1))
+        return loss, {}, tuple(h.detach() for h in hidden)
+
+    def evaluate(self, model):
+        hidden, total, count = None, 0.0, 0
+        for x, y in iter_bptt(self.valid_data, 10):
+            logits, hidden = model(x, hidden)
+            total += F.cross_entropy(logits.reshape(-1, logits.size(-1)), y.reshape(-1), reduction="sum").item()
+            count += y.numel()
+        return {"val_loss": total / count}
+
+    def on_eval(self, state, metrics, optimizer):
+        if isinstance(optimizer, torch.optim.SGD) and state.step >= 10:
+            params = [p for group in optimizer.param_groups for p in group["params"]]
+            return torch.optim.ASGD(params, lr=optimizer.param_groups[0]["initial_lr"], t0=0, lambd=0.0)
+        return None
+
+
+def test_stateful_task_and_optimizer_switch_resume_exactly():
+    config = TrainConfig(max_steps=40, optimizer="sgd", lr=0.5, grad_clip=0.25, eval_every=10,
+                         checkpoint_every=7, log_every=1, seed=5)
+
+    def fit(study, task, init_seed=0):
+        torch.manual_seed(init_seed)
+        return train(TinyLSTM(), task, config, get_run(study, {"train": config}))
+
+    reference = fit("reference", StatefulStreamTask())
+    # Crash at batch 26: resume from the step-21 checkpoint, 3 batches into epoch 3, after the switch.
+    with pytest.raises(KeyboardInterrupt):
+        fit("resumed", CountingTask(StatefulStreamTask(), crash_at_call=26))
+    run = get_run("resumed", {"train": config})
+    state = json.loads((latest_checkpoint(run) / "state.json").read_text())
+    assert state["optimizer"]["class"] == "ASGD"
+    assert state["train_state"]["batch_in_epoch"] == 3 and state["carry"] is not None
+
+    resumed = fit("resumed", StatefulStreamTask(), init_seed=99)
+    assert_same_metrics(resumed, reference)
+    assert_same_logs(read_log_records(run.log_path),
+                     read_log_records(get_run("reference", {"train": config}).log_path))
+
+
+def test_killed_process_resumes_to_the_metrics_of_an_uninterrupted_run(tmp_path):
+    """SIGKILL a training process mid-run, run it again, and compare with an uninterrupted run."""
+    env = {**os.environ, "TQDM_DISABLE": "1", "OMP_NUM_THREADS": "1",
+           "PYTHONPATH": os.pathsep.join([str(REPO_ROOT), os.environ.get("PYTHONPATH", "")])}
+
+    def start(runs_dir: Path) -> subprocess.Popen:
+        return subprocess.Popen([sys.executable, str(TRAIN_TINY), str(runs_dir)], env=env,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+    killed_dir, reference_dir = tmp_path / "killed", tmp_path / "reference"
+    reference = start(reference_dir)  # runs alongside: two cores
+    victim = start(killed_dir)
+    try:
+        # Kill once the log shows a step after the first checkpoint (step 20): the resumed run
+        # must then both reload the checkpoint and cut the log back to it.
+        deadline = time.monotonic() + 180
+        while True:
+            assert victim.poll() is None, f"training ended before it was killed:\n{victim.communicate()[1]}"
+            assert time.monotonic() < deadline, "no checkpoint appeared within 180 s"
+            logs = list(killed_dir.glob("tiny/*/log.jsonl"))
+            if logs and list(killed_dir.glob("tiny/*/checkpoint/step-*")):
+                steps = [r["step"] for r in read_log_records(logs[0])]
+                if steps and steps[-1] > 20:
+                    break
+            time.sleep(0.05)
+        victim.send_signal(signal.SIGKILL)
+        victim.wait(timeout=30)
+    finally:
+        if victim.poll() is None:
+            victim.kill()
+    run_dir = logs[0].parent
+    assert not (run_dir / "metrics.json").exists()
+
+    completed = subprocess.run([sys.executable, str(TRAIN_TINY), str(killed_dir)], env=env,
+                               capture_output=True, text=True, timeout=300)
+    assert completed.returncode == 0, completed.stderr
+    out, err = reference.communicate(timeout=300)
+    assert reference.returncode == 0, err
+
+    resumed_metrics = json.loads((run_dir / "metrics.json").read_text())
+    reference_metrics = json.loads(next(reference_dir.glob("tiny/*/metrics.json")).read_text())
+    assert resumed_metrics["steps"] == 240
+    assert_same_metrics(resumed_metrics, reference_metrics)
+    assert json.loads(completed.stdout) == resumed_metrics
+    records = read_log_records(run_dir / "log.jsonl")
+    assert_no_duplicate_steps(records)
+    assert_same_logs(records, read_log_records(next(reference_dir.glob("tiny/*/log.jsonl"))))
