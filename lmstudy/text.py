@@ -10,8 +10,8 @@ and then apply the same token rules. Decisions, in the order they are applied to
    is one token), an em dash ``—`` becomes `` -- `` (a separator, dropped as punctuation below).
 2. URLs (``http(s)://...``, ``www....``) and e-mail addresses become the single word ``<url>``: they
    are one unit of meaning, and the tokeniser would otherwise shred them into many junk words.
-   ``<unk>`` in the input (Mikolov's PTB is already UNK'd) and ``<url>`` are kept as one token, and so is an isolated
-   capital ``N`` (the number symbol), so normalising already-normalised text changes nothing.
+   ``<unk>`` (Mikolov's PTB is already UNK'd) and ``<url>`` in the input stay one token each, and so
+   does an isolated capital ``N`` (the number symbol): normalising normalised text changes nothing.
 3. Tokenise the rest of the line with the Treebank rules: clitics split as in PTB (``does n't``,
    ``company 's``, ``they 're``), ``$ # % ; @`` and brackets split off, ``--`` and ``...`` separated.
    One change: ``&`` between letters stays inside the word (``at&t``, ``s&p`` are PTB words).
@@ -96,12 +96,14 @@ _LETTER_ABBREVIATION = re.compile(r"(?:[\w-]*-)?(?:[^\W\d_]\.)+")  # u.s. p.m. j
 
 
 def _keep_inner_ampersand(rules: list) -> list:
-    """nltk's Treebank punctuation rules with ``&`` split off only when it is not between word characters."""
+    """nltk's Treebank punctuation rules, with ``&`` split off only when not between word characters."""
     split_symbols = r"[;@#$%&]"
     if split_symbols not in [getattr(pattern, "pattern", None) for pattern, _ in rules]:
-        raise RuntimeError(f"nltk's TreebankWordTokenizer no longer has the rule {split_symbols!r}; update lmstudy/text.py")
-    return [(re.compile(r"[;@#$%]|(?<!\w)&|&(?!\w)"), r" \g<0> ") if getattr(pattern, "pattern", None) == split_symbols
-            else (pattern, substitution) for pattern, substitution in rules]
+        raise RuntimeError(f"nltk's TreebankWordTokenizer has no rule {split_symbols!r} any more: "
+                           "update _keep_inner_ampersand in lmstudy/text.py")
+    ampersand_rule = (re.compile(r"[;@#$%]|(?<!\w)&|&(?!\w)"), r" \g<0> ")
+    return [ampersand_rule if getattr(pattern, "pattern", None) == split_symbols else (pattern, substitution)
+            for pattern, substitution in rules]
 
 
 class _PTBWordTokenizer(TreebankWordTokenizer):
@@ -341,5 +343,6 @@ def atomic_write_text(path: Path, text: str) -> None:
     os.replace(handle.name, path)
 
 
-__all__ = ["ABBREVIATIONS", "EOS", "NORMALISATION_VERSION", "NUMBER", "RareWordStats", "UNK", "URL", "UnkRate", "Vocab",
-           "atomic_write_text", "count_tokens", "normalise_line", "normalise_ptb", "rare_word_stats"]
+__all__ = ["ABBREVIATIONS", "EOS", "NORMALISATION_VERSION", "NUMBER", "RareWordStats", "UNK", "URL",
+           "UnkRate", "Vocab", "atomic_write_text", "count_tokens", "normalise_line", "normalise_ptb",
+           "rare_word_stats"]

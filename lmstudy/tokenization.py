@@ -7,8 +7,9 @@
   scheme as GPT-2 (bytes mapped to printable characters, GPT-2's pre-tokenisation regex, no unknown
   token: every string can be encoded). Special tokens, e.g. CTRL control codes, are never split:
   each is one id, matched wherever its string occurs in the text (like GPT-2's ``<|endoftext|>``,
-  also inside a word), so pick codes that do not occur in running text, e.g. ``<|wikipedia|>``. The result is a ``transformers.PreTrainedTokenizerFast``, so HF models and
-  ``save_pretrained`` / :func:`load_tokenizer` work with it as with GPT-2's.
+  also inside a word), so pick codes that do not occur in running text, e.g. ``<|wikipedia|>``.
+  The result is a ``transformers.PreTrainedTokenizerFast``, so HF models and ``save_pretrained`` /
+  :func:`load_tokenizer` work with it as with GPT-2's.
 
 Decisions: no prefix space is added (GPT-2 convention: ``"Hello"`` and ``" Hello"`` differ), so
 ``decode(encode(text)) == text`` for any text; ``clean_up_tokenization_spaces`` is off for the same
@@ -78,7 +79,7 @@ def load_tokenizer(path: str | Path) -> PreTrainedTokenizerFast:
     """Load a tokenizer saved with ``save_pretrained`` (e.g. one from :func:`train_bpe`), from disk only."""
     path = Path(path)
     if not (path / "tokenizer.json").is_file():
-        raise FileNotFoundError(f"no tokenizer in {path} (expected tokenizer.json written by save_pretrained)")
+        raise FileNotFoundError(f"no tokenizer in {path}: expected tokenizer.json written by save_pretrained")
     return PreTrainedTokenizerFast.from_pretrained(str(path), local_files_only=True)
 
 

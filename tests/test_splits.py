@@ -47,7 +47,9 @@ def test_parts_are_disjoint_and_hit_their_targets():
     by_key = dict(documents)
     split = assign_split("irc", documents, seed=0, targets=TARGETS)
     parts = {part: set(split.ids[part]) for part in ("train", "valid", "test")}
-    assert not (parts["train"] & parts["valid"] or parts["train"] & parts["test"] or parts["valid"] & parts["test"])
+    assert not parts["train"] & parts["valid"]
+    assert not parts["train"] & parts["test"]
+    assert not parts["valid"] & parts["test"]
     for part, keys in split.ids.items():
         target = getattr(TARGETS, part)
         counted = sum(tokens_of(by_key[key]) for key in keys)

@@ -57,7 +57,7 @@ def test_ptb_is_a_fixed_point():
         matcher = SequenceMatcher(a=original, b=normalised, autojunk=False)
         unchanged += sum(block.size for block in matcher.get_matching_blocks())
     assert total == 70_390
-    assert unchanged / total > 0.999, f"only {unchanged / total:.4%} of PTB valid tokens survive normalisation"
+    assert unchanged / total > 0.999, f"only {unchanged / total:.4%} of PTB valid tokens are unchanged"
 
 
 # --- Vocab ---------------------------------------------------------------------------------------

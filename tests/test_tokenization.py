@@ -1,4 +1,4 @@
-"""GPT-2's BPE from the data directory; small byte-level BPEs trained with `tokenizers` (lmstudy.tokenization)."""
+"""GPT-2's BPE from the data directory; byte-level BPEs trained with `tokenizers` (lmstudy.tokenization)."""
 
 from __future__ import annotations
 

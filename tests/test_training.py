@@ -29,9 +29,17 @@ from lmstudy.runs import cached, get_run, read_log_records
 from lmstudy.training import TrainConfig, TrainTask, latest_checkpoint, load_weights, lr_multiplier, train
 
 sys.path.insert(0, str(Path(__file__).parent))
-from train_tiny import synthetic_stream, tiny_gpt2  # noqa: E402  (also pins torch to 1 thread)
+from train_tiny import VOCAB, synthetic_stream  # noqa: E402  (also pins torch to 1 thread)
 
 TRAIN_TINY = Path(__file__).with_name("train_tiny.py")
+
+
+def tiny_gpt2():
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    config = GPT2Config(vocab_size=VOCAB, n_positions=32, n_embd=32, n_layer=2, n_head=2, resid_pdrop=0.1,
+                        embd_pdrop=0.1, attn_pdrop=0.1, bos_token_id=0, eos_token_id=0)
+    return GPT2LMHeadModel(config)  # tied input/output embeddings, dropout on
 
 
 @pytest.fixture(autouse=True)
@@ -249,7 +257,7 @@ def test_resume_after_a_crash_gives_identical_results():
 
 
 class TinyLSTM(nn.Module):
-    def __init__(self, vocab: int = 48, size: int = 16):
+    def __init__(self, vocab: int = VOCAB, size: int = 16):
         super().__init__()
         self.embed, self.drop = nn.Embedding(vocab, size), nn.Dropout(0.2)
         self.lstm, self.head = nn.LSTM(size, size, batch_first=True), nn.Linear(size, vocab)
@@ -356,7 +364,7 @@ def test_killed_process_resumes_to_the_metrics_of_an_uninterrupted_run(tmp_path)
 
     resumed_metrics = json.loads((run_dir / "metrics.json").read_text())
     reference_metrics = json.loads(next(reference_dir.glob("tiny/*/metrics.json")).read_text())
-    assert resumed_metrics["steps"] == 240
+    assert resumed_metrics["steps"] == 200
     assert_same_metrics(resumed_metrics, reference_metrics)
     assert json.loads(completed.stdout) == resumed_metrics
     records = read_log_records(run_dir / "log.jsonl")

@@ -213,7 +213,7 @@ def assign_split(
     digests: dict[str, bytes] = {}
     for key, document in tqdm(documents, desc=f"normalising {domain}", unit=" docs"):
         if key in token_counts or key in dropped:
-            raise ValueError(f"document key {key!r} occurs twice in domain {domain!r}; doc ids must be unique")
+            raise ValueError(f"document key {key!r} occurs twice in domain {domain!r}: ids must be unique")
         if document.title and document.title.lower() in drop_titles:
             dropped[key] = f"evaluation article: {document.title}"
             continue
@@ -383,7 +383,8 @@ def _cache_paths(domain: str, part: str) -> tuple[Path, Path]:
 def _cache_stamp(domain: str) -> dict:
     """What a cache file must have been built from: the split file's hash and the normaliser version."""
     split_bytes = split_path(domain).read_bytes() if split_path(domain).is_file() else b""
-    return {"split_sha256": hashlib.sha256(split_bytes).hexdigest(), "normalisation": _normalisation(get_domain(domain))}
+    return {"split_sha256": hashlib.sha256(split_bytes).hexdigest(),
+            "normalisation": _normalisation(get_domain(domain))}
 
 
 def token_file(domain: str, part: str) -> Path:

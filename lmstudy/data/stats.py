@@ -86,7 +86,8 @@ def _markdown(table: pd.DataFrame, threshold: int) -> str:
              "|" + "---|" * len(header)]
     for row in table.itertuples(index=False):
         cells = [row.dataset, row.source] + [f"{getattr(row, name):.3g}" for name in STAT_COLUMNS]
-        cells += ["" if pd.isna(value) else f"{int(value):,}" for value in (row.train_tokens, row.pretrain_tokens)]
+        sizes = (row.train_tokens, row.pretrain_tokens)
+        cells += ["" if pd.isna(value) else f"{int(value):,}" for value in sizes]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n\n" + NOTES.format(threshold=threshold)
 
@@ -107,7 +108,7 @@ def register(data_subparsers) -> None:
         description=__doc__.split("\n\n")[0],
     )
     parser.add_argument("domains", nargs="*", help="domains (default: all with splits)")
-    parser.add_argument("--threshold", type=int, default=5, help="rare = occurs at most this often (default 5)")
+    parser.add_argument("--threshold", type=int, default=5, help="rare = occurs at most this often (5)")
     parser.set_defaults(handler=_run_stats)
 
 
@@ -116,7 +117,8 @@ def _run_stats(args) -> int:
     table = write_rare_word_table(args.domains or None, args.threshold)
     with pd.option_context("display.width", 160, "display.max_columns", 20):
         print(table.drop(columns=["paper_row"]).to_string(index=False, float_format=lambda v: f"{v:.3g}"))
-    print(f"wrote {figures_dir() / 'rare_words.csv'} and rare_words.md in {time.perf_counter() - started:.0f} s")
+    seconds = time.perf_counter() - started
+    print(f"wrote {figures_dir() / 'rare_words.csv'} and rare_words.md in {seconds:.0f} s")
     return 0
 
 

@@ -1,0 +1,36 @@
+"""Figure functions: a tidy DataFrame in, a matplotlib Figure out (seaborn styling).
+
+Notebooks call these and save the figures into ``lmstudy.paths.figures_dir(scale)``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import matplotlib.pyplot as plt
+import pandas as pd
+import seaborn as sns
+
+
+def loss_curves(log: pd.DataFrame, title: str = "") -> plt.Figure:
+    """Training loss (per logged step) and validation loss (per evaluation) against steps.
+
+    ``log`` is a run's log (``lmstudy.runs.read_log``): rows of kind ``train`` carry ``loss``,
+    rows of kind ``eval`` carry ``val_loss``.
+    """
+    train = log[log["kind"] == "train"][["step", "loss"]].assign(split="train")
+    valid = log[log["kind"] == "eval"][["step", "val_loss"]].rename(columns={"val_loss": "loss"})
+    curves = pd.concat([train, valid.assign(split="validation")], ignore_index=True)
+    sns.set_theme(style="whitegrid")
+    figure, axis = plt.subplots(figsize=(6, 3.5))
+    sns.lineplot(data=curves, x="step", y="loss", hue="split", marker="o", markersize=3, ax=axis)
+    axis.set(xlabel="training step", ylabel="loss (nats / token)", title=title)
+    figure.tight_layout()
+    return figure
+
+
+def save_figure(figure: plt.Figure, path: Path) -> Path:
+    """Save as PNG (dpi 150) and close, so batch runs do not accumulate open figures."""
+    figure.savefig(path, dpi=150)
+    plt.close(figure)
+    return path

@@ -1,0 +1,102 @@
+"""00_quickstart: the smallest end-to-end study.
+
+A word-level GPT-2-style language model on Mikolov's PTB, through every shared piece of the
+workbench: the corpus reader and committed split (``lmstudy.data.splits``), the vocabulary
+(``lmstudy.text.Vocab``), the one training loop (``lmstudy.training.train``), the run cache
+(``lmstudy.runs``) and the shared evaluation protocol (``lmstudy.evaluation``). It is what
+``make demo`` runs until the Gradio app has its demo checkpoint.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+import pandas as pd
+import torch
+from transformers import GPT2Config, GPT2LMHeadModel
+
+from lmstudy.data.splits import split_tokens
+from lmstudy.evaluation import stream_loss
+from lmstudy.lm_batches import LMTask
+from lmstudy.runs import cached, get_run, read_log
+from lmstudy.text import Vocab
+from lmstudy.training import TrainConfig, load_weights, train
+
+STUDY = "00_quickstart"
+
+
+@dataclass(frozen=True)
+class QuickstartConfig:
+    n_layer: int
+    n_head: int
+    n_embd: int
+    seq_len: int
+    batch_size: int
+    max_steps: int
+    eval_every: int
+    lr: float
+    train_tokens: int  # first N tokens of PTB train; 0 = all of it
+    eval_tokens: int  # first N tokens of valid and test; 0 = all
+    seed: int = 0
+
+
+@dataclass
+class PTBStreams:
+    vocab: Vocab
+    train: torch.Tensor  # (L,) token ids, <eos> after every sentence
+    valid: torch.Tensor
+    test: torch.Tensor
+
+
+def load_ptb(train_tokens: int = 0, eval_tokens: int = 0) -> PTBStreams:
+    """PTB as id streams; the vocabulary is PTB's own 10k words (its text is already UNK'd)."""
+    sentences = {part: split_tokens("ptb", part) for part in ("train", "valid", "test")}
+    counts: dict[str, int] = {}
+    for sentence in sentences["train"]:
+        for word in sentence:
+            counts[word] = counts.get(word, 0) + 1
+    vocab = Vocab.build(counts, min_count=0)
+
+    def stream(part: str, limit: int) -> torch.Tensor:
+        ids = torch.tensor(vocab.encode_sentences(sentences[part]), dtype=torch.long)
+        return ids[:limit] if limit else ids
+
+    return PTBStreams(vocab, stream("train", train_tokens), stream("valid", eval_tokens), stream("test", eval_tokens))
+
+
+def build_model(config: QuickstartConfig, vocab_size: int) -> GPT2LMHeadModel:
+    torch.manual_seed(config.seed)
+    return GPT2LMHeadModel(GPT2Config(
+        vocab_size=vocab_size, n_positions=config.seq_len, n_embd=config.n_embd,
+        n_layer=config.n_layer, n_head=config.n_head,
+        bos_token_id=None, eos_token_id=None,
+    ))
+
+
+def run(config: QuickstartConfig) -> dict:
+    """Train (or fetch from the run cache) and evaluate; returns the run's metrics."""
+    data = load_ptb(config.train_tokens, config.eval_tokens)
+
+    def train_and_test(run_) -> dict:
+        model = build_model(config, len(data.vocab))
+        task = LMTask(data.train, data.valid, batch_size=config.batch_size, seq_len=config.seq_len,
+                      seed=config.seed)
+        train_config = TrainConfig(
+            max_steps=config.max_steps, lr=config.lr, lr_schedule="cosine",
+            warmup_steps=max(1, config.max_steps // 20), eval_every=config.eval_every,
+            checkpoint_every=config.eval_every, seed=config.seed, log_every=max(1, config.eval_every // 5),
+        )
+        metrics = train(model, task, train_config, run_)
+        load_weights(model, run_, "best")
+        metrics["test_loss"] = stream_loss(model, data.test, config.seq_len, config.batch_size)
+        metrics["test_ppl"] = float(torch.tensor(metrics["test_loss"]).exp())
+        metrics["parameters"] = sum(p.numel() for p in model.parameters())
+        metrics["vocab_size"] = len(data.vocab)
+        return metrics
+
+    return cached(STUDY, asdict(config), train_and_test)
+
+
+def training_log(config: QuickstartConfig) -> pd.DataFrame:
+    """The run's per-step log (train and eval records) as a DataFrame."""
+    return read_log(get_run(STUDY, asdict(config)))
