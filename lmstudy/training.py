@@ -20,7 +20,11 @@ The task contract (subclass ``TrainTask``):
 - ``on_eval(state, metrics, optimizer)`` (optional): called after each periodic evaluation. To
   change the optimizer (AWD-LSTM's NT-ASGD switches from SGD to averaged SGD when validation
   stops improving) return a new ``torch.optim`` optimizer over the model's parameters; the loop
-  adopts it, and checkpoints record its class, hyperparameters and state.
+  adopts it, and checkpoints record its class, hyperparameters and state. ``state.history``
+  lists every evaluation so far, so such decisions need no state of the task's own (attributes
+  of the task are not checkpointed).
+- ``task.optimizer`` is set by the loop to the optimizer in use (also after a resume or a
+  switch), e.g. for ``evaluate`` to swap in ASGD's averaged weights.
 
 Decisions:
 
@@ -76,6 +80,7 @@ from typing import Any, Iterable, Iterator
 import numpy as np
 import torch
 from accelerate import Accelerator
+from accelerate.state import AcceleratorState, PartialState
 from accelerate.utils import send_to_device, set_seed
 from safetensors.torch import load_file, load_model, save_file, save_model
 from tqdm.auto import tqdm
@@ -148,6 +153,7 @@ class TrainState:
     evals_since_best: int = 0
     last_eval_step: int | None = None
     last_metrics: dict = field(default_factory=dict)
+    history: list[dict] = field(default_factory=list)  # {"step": ..., **metrics} per evaluation
     stopped_early: bool = False
 
 
@@ -155,6 +161,7 @@ class TrainTask:
     """What a model plugs into ``train``; see the module docstring for the contract."""
 
     stateful: bool = False
+    optimizer: torch.optim.Optimizer | None = None  # set by train(): the optimizer in use
 
     def batches(self, epoch: int) -> Iterable[Any]:
         raise NotImplementedError(f"{type(self).__name__} must implement batches(epoch)")
@@ -456,9 +463,19 @@ def _final_metrics(state: TrainState) -> dict:
     return metrics
 
 
+def _make_accelerator(mixed_precision: str) -> Accelerator:
+    previous = AcceleratorState._shared_state.get("_mixed_precision")
+    if previous not in (None, mixed_precision) and PartialState().num_processes == 1:
+        # accelerate allows one precision per process and asks for a restart otherwise; a notebook
+        # that trains an fp32 model and then a bf16 one should not have to. In a single process
+        # nothing of the previous Accelerator is used any more, so its shared state can go.
+        AcceleratorState._reset_state()
+    return Accelerator(mixed_precision=mixed_precision)
+
+
 def train(model: torch.nn.Module, task: TrainTask, config: TrainConfig, run: Run) -> dict:
     """Train ``model`` on ``task`` into ``run`` (resuming from its checkpoint); returns final metrics."""
-    accelerator = Accelerator(mixed_precision=config.mixed_precision)
+    accelerator = _make_accelerator(config.mixed_precision)
     main = accelerator.is_main_process
     set_seed(config.seed)  # python, numpy, torch (+ CUDA); a checkpoint's RNG states override it
 
@@ -475,6 +492,7 @@ def train(model: torch.nn.Module, task: TrainTask, config: TrainConfig, run: Run
     saved_at = state.step if checkpoint is not None else None
 
     model, optimizer = accelerator.prepare(model, _adopt(optimizer))
+    task.optimizer = _unwrap_optimizer(optimizer)
     unwrapped = accelerator.unwrap_model(model)
     carry = send_to_device(carry, accelerator.device)
     model.train()
@@ -492,6 +510,7 @@ def train(model: torch.nn.Module, task: TrainTask, config: TrainConfig, run: Run
             metrics = {k: float(v) for k, v in task.evaluate(unwrapped).items()}
         model.train()
         state.last_eval_step, state.last_metrics = state.step, metrics
+        state.history.append({"step": state.step, **metrics})
         log({"kind": "eval", "step": state.step, "epoch": state.epoch, **metrics})
         name = config.early_stopping_metric
         if name not in metrics:
@@ -552,6 +571,7 @@ def train(model: torch.nn.Module, task: TrainTask, config: TrainConfig, run: Run
                     replacement = task.on_eval(state, metrics, _unwrap_optimizer(optimizer))
                     if replacement is not None:
                         optimizer = accelerator.prepare(_adopt(replacement))
+                        task.optimizer = replacement
                 if config.checkpoint_every is not None and state.step % config.checkpoint_every == 0:
                     save_checkpoint()
                 if _finished(state, config):

@@ -232,6 +232,14 @@ def test_early_stopping_stops_and_keeps_the_best_weights():
         train(nn.Linear(3, 1), task, TrainConfig(max_steps=100, eval_every=5, lr=0.02), run)
 
 
+def test_mixed_precision_can_change_between_runs_of_one_process():
+    # accelerate keeps one precision per process; a notebook may train fp32 and then bf16 models.
+    for precision in ("no", "bf16", "no"):
+        config = TrainConfig(max_steps=3, mixed_precision=precision, lr=0.01)
+        metrics = train(nn.Linear(3, 1), ScriptedValidationTask([1.0]), config, get_run(precision, {"t": config}))
+        assert metrics["steps"] == 3
+
+
 def test_resume_after_a_crash_gives_identical_results():
     config = TrainConfig(max_steps=70, lr=3e-3, lr_schedule="cosine", warmup_steps=5, weight_decay=0.1,
                          eval_every=25, checkpoint_every=20, log_every=5, seed=3)
@@ -286,15 +294,24 @@ class StatefulStreamTask(TrainTask):
         return loss, {}, tuple(h.detach() for h in hidden)
 
     def evaluate(self, model):
+        averaged = isinstance(self.optimizer, torch.optim.ASGD)
+        if averaged:  # evaluate the running average of the weights, as awd-lstm-lm does
+            current = [p.detach().clone() for p in model.parameters()]
+            for p in model.parameters():
+                p.data.copy_(self.optimizer.state[p]["ax"])
         hidden, total, count = None, 0.0, 0
         for x, y in iter_bptt(self.valid_data, 10):
             logits, hidden = model(x, hidden)
             total += F.cross_entropy(logits.reshape(-1, logits.size(-1)), y.reshape(-1), reduction="sum").item()
             count += y.numel()
+        if averaged:
+            for p, saved in zip(model.parameters(), current):
+                p.data.copy_(saved)
         return {"val_loss": total / count}
 
     def on_eval(self, state, metrics, optimizer):
-        if isinstance(optimizer, torch.optim.SGD) and state.step >= 10:
+        # The decision reads the checkpointed history only (here: switch at the second evaluation).
+        if isinstance(optimizer, torch.optim.SGD) and len(state.history) >= 2:
             params = [p for group in optimizer.param_groups for p in group["params"]]
             return torch.optim.ASGD(params, lr=optimizer.param_groups[0]["initial_lr"], t0=0, lambd=0.0)
         return None
@@ -314,7 +331,7 @@ def test_stateful_task_and_optimizer_switch_resume_exactly():
         fit("resumed", CountingTask(StatefulStreamTask(), crash_at_call=26))
     run = get_run("resumed", {"train": config})
     state = json.loads((latest_checkpoint(run) / "state.json").read_text())
-    assert state["optimizer"]["class"] == "ASGD"
+    assert state["optimizer"]["class"] == "ASGD" and len(state["train_state"]["history"]) == 2
     assert state["train_state"]["batch_in_epoch"] == 3 and state["carry"] is not None
 
     resumed = fit("resumed", StatefulStreamTask(), init_seed=99)

@@ -1,0 +1,144 @@
+"""``lmstudy data list | verify | fetch``: the corpus catalogue on the command line.
+
+``register(subparsers)`` adds the three subcommands to the ``data`` command's subparsers; each sets
+``handler`` (a function ``args -> exit code``) as the parser default, which ``lmstudy.__main__`` calls.
+``main(argv)`` runs them without ``__main__`` (tests, scripts): ``main(["verify", "ptb"])``.
+
+- ``data list [-v] [--no-count]``: one row per corpus: size on disk (MiB), word count computed here
+  (cached; the first run counts every corpus, about a minute or two) beside MANIFEST.md's figure, the
+  unit, whether they agree, present/missing, licence. ``-v`` adds the full licence, origin and counting
+  rule with the count per part. ``--no-count`` shows only counts already cached.
+- ``data verify [NAMES...]``: sha256 of every file; exit 1 naming each missing or damaged file with its
+  expected hash and the command that fixes it; exit 0 with one summary line when all is well.
+- ``data fetch NAME... [--base-url URL] [--dest DIR]``: download (see :mod:`lmstudy.data.fetch`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+from lmstudy.data.catalogue import (
+    CATALOGUE,
+    UnknownCorpusError,
+    cached_word_count,
+    corpus_present,
+    count_words,
+    count_words_by_part,
+    folder_size,
+    get_corpus,
+    verify,
+)
+from lmstudy.paths import data_dir
+
+LICENCE_WIDTH = 60  # the table truncates long licence statements; `data list -v` prints them whole
+
+
+def register(subparsers) -> None:
+    """Add ``list``, ``verify`` and ``fetch`` to the ``data`` command's subparsers."""
+    listing = subparsers.add_parser("list", help="corpora: size, word counts vs MANIFEST.md, licence, presence")
+    listing.add_argument("-v", "--verbose", action="store_true",
+                         help="also print full licence, origin, counting rule and per-part counts")
+    listing.add_argument("--no-count", action="store_true", help="show cached word counts only; count nothing")
+    listing.set_defaults(handler=run_list)
+
+    verifying = subparsers.add_parser("verify", help="check the sha256 of every corpus file")
+    verifying.add_argument("names", nargs="*", metavar="NAME", help="corpora to check (default: all)")
+    verifying.set_defaults(handler=run_verify)
+
+    fetching = subparsers.add_parser("fetch", help="download corpora from their sources or a mirror")
+    fetching.add_argument("names", nargs="+", metavar="NAME", help="corpus names (see `data list`)")
+    fetching.add_argument("--base-url", default=None,
+                          help="mirror serving <corpus>/<file> (default: $LMSTUDY_FETCH_BASE_URL, else the origins)")
+    fetching.add_argument("--dest", type=Path, default=None, help="data directory to fill (default: $LMSTUDY_DATA)")
+    fetching.set_defaults(handler=run_fetch)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run one ``data`` subcommand; returns the exit code."""
+    parser = argparse.ArgumentParser(prog="lmstudy data", description=__doc__.split("\n\n")[0])
+    register(parser.add_subparsers(dest="data_command", required=True, metavar="SUBCOMMAND"))
+    args = parser.parse_args(argv)
+    return args.handler(args)
+
+
+def _error(message: str, code: int) -> int:
+    print(f"lmstudy data: error: {message}", file=sys.stderr)
+    return code
+
+
+def _format_count(count: int | None) -> str:
+    return "-" if count is None else f"{count:,}"
+
+
+def run_list(args) -> int:
+    rows = []
+    for corpus in CATALOGUE.values():
+        present = corpus_present(corpus)
+        if not present:
+            count = None
+        elif args.no_count:
+            count = cached_word_count(corpus)
+        else:
+            count = count_words(corpus)
+        agreement = "" if count is None else ("=" if count == corpus.manifest_words else "DIFFERS")
+        licence = corpus.licence if len(corpus.licence) <= LICENCE_WIDTH else corpus.licence[:LICENCE_WIDTH - 1] + "…"
+        rows.append([corpus.name, f"{folder_size(corpus) / 2**20:.2f}", _format_count(count),
+                     f"{corpus.manifest_words:,}", agreement, corpus.word_unit,
+                     "present" if present else "missing", licence])
+    header = ["corpus", "MiB", "words (counted)", "MANIFEST.md", "", "unit", "status", "licence"]
+    widths = [max(len(row[i]) for row in rows + [header]) for i in range(len(header))]
+    right_aligned = {1, 2, 3}
+    print(f"data directory: {data_dir()}")
+    for row in [header] + rows:
+        cells = [cell.rjust(w) if i in right_aligned else cell.ljust(w) for i, (cell, w) in enumerate(zip(row, widths))]
+        print("  ".join(cells).rstrip())
+    if args.verbose:
+        for corpus in CATALOGUE.values():
+            print(f"\n{corpus.name}: {corpus.description}\n  licence: {corpus.licence}\n  origin: {corpus.origin}"
+                  f"\n  counted: {corpus.word_rule}")
+            parts = count_words_by_part(corpus, compute=not args.no_count) if corpus_present(corpus) else None
+            for part, count in (parts or {}).items():
+                print(f"    {part}: {count:,}")
+    return 0
+
+
+def run_verify(args) -> int:
+    try:
+        names = [get_corpus(name).name for name in args.names]
+    except UnknownCorpusError as error:
+        return _error(str(error), 2)
+    corpora = names or list(CATALOGUE)
+    started = time.perf_counter()
+    problems = verify(names or None)
+    if problems:
+        for problem in problems:
+            print(problem)
+        print(f"{len(problems)} problem(s) in {len({p.corpus for p in problems})} corpus(es) under {data_dir()}")
+        return 1
+    files = sum(len(get_corpus(name).files) for name in corpora)
+    print(f"ok: all {files} data files of {len(corpora)} corpora ({', '.join(corpora) if names else 'all'}) "
+          f"match their sha256 under {data_dir()} ({time.perf_counter() - started:.1f} s)")
+    return 0
+
+
+def run_fetch(args) -> int:
+    from lmstudy.data.fetch import FetchError, fetch  # urllib & co. only when fetching
+
+    try:
+        corpora = [get_corpus(name) for name in args.names]
+    except UnknownCorpusError as error:
+        return _error(str(error), 2)
+    for corpus in corpora:
+        try:
+            folder = fetch(corpus, dest_root=args.dest, base_url=args.base_url)
+        except (FetchError, OSError) as error:
+            return _error(str(error), 1)
+        print(f"{corpus.name}: ok ({folder})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
