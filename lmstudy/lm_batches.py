@@ -38,8 +38,8 @@ SAMPLING = ("random", "contiguous")
 def _check_stream(ids: torch.Tensor, name: str, min_length: int) -> None:
     if not isinstance(ids, torch.Tensor) or ids.dim() != 1:
         raise ValueError(f"{name} must be a 1-D tensor of token ids, got {getattr(ids, 'shape', type(ids))}")
-    if ids.dtype not in (torch.int64, torch.int32):
-        raise ValueError(f"{name} must hold integer token ids (int64), got dtype {ids.dtype}")
+    if ids.dtype.is_floating_point or ids.dtype.is_complex or ids.dtype == torch.bool:
+        raise ValueError(f"{name} must hold integer token ids, got dtype {ids.dtype}")
     if ids.numel() < min_length:
         raise ValueError(f"{name} has {ids.numel()} tokens, fewer than the {min_length} needed here")
 
@@ -109,7 +109,7 @@ def lm_loss(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, reduction:
     out = model(input_ids=x)
     logits = out.logits if hasattr(out, "logits") else out  # (B, T, V)
     # float32 for the softmax: under bf16/fp16 autocast the loss would lose precision.
-    return F.cross_entropy(logits.reshape(-1, logits.size(-1)).float(), y.reshape(-1), reduction=reduction)
+    return F.cross_entropy(logits.reshape(-1, logits.size(-1)).float(), y.reshape(-1).long(), reduction=reduction)
 
 
 @dataclass
@@ -120,7 +120,8 @@ class LMTask(TrainTask):
     (default: as many as cover the training stream once). ``sampling="contiguous"``: each epoch
     reads ``batchify(train_ids, batch_size)`` once, left to right.
     ``evaluate`` reports ``val_loss`` (nats per token) and ``val_ppl`` over the whole validation
-    stream in non-overlapping windows, or its first ``max_eval_tokens`` targets when set.
+    stream in non-overlapping windows (the protocol of ``lmstudy.evaluation.stream_loss``), or
+    over its first ``max_eval_tokens`` targets when set.
     """
 
     train_ids: torch.Tensor
@@ -140,6 +141,8 @@ class LMTask(TrainTask):
             raise ValueError(f"LMTask needs batch_size and seq_len >= 1, got {self.batch_size}, {self.seq_len}")
         _check_stream(self.train_ids, "train_ids", max(self.seq_len + 1, 2 * self.batch_size))
         _check_stream(self.valid_ids, "valid_ids", 2)
+        # int64 once here: embeddings take any integer type, cross-entropy targets only int64.
+        self.train_ids, self.valid_ids = self.train_ids.long(), self.valid_ids.long()
         if self.batches_per_epoch is None:
             self.batches_per_epoch = max(1, self.train_ids.numel() // (self.batch_size * self.seq_len))
 
@@ -154,14 +157,9 @@ class LMTask(TrainTask):
         return lm_loss(model, x, y)
 
     def evaluate(self, model) -> dict[str, float]:
-        device = next(model.parameters()).device
-        ids = self.valid_ids
-        if self.max_eval_tokens is not None:
-            ids = ids[: self.max_eval_tokens + 1]
-        total = torch.zeros((), dtype=torch.float64, device=device)
-        count = 0
-        for x, y in eval_windows(ids, self.seq_len, self.eval_batch_size or self.batch_size):
-            total += lm_loss(model, x.to(device), y.to(device), reduction="sum").double()
-            count += y.numel()
-        loss = total.item() / count  # one GPU sync for the whole evaluation
+        # Imported here: lmstudy.evaluation (the shared protocol) itself imports this module.
+        from lmstudy.evaluation import stream_loss
+
+        ids = self.valid_ids if self.max_eval_tokens is None else self.valid_ids[: self.max_eval_tokens + 1]
+        loss = stream_loss(model, ids, self.seq_len, self.eval_batch_size or self.batch_size)
         return {"val_loss": loss, "val_ppl": math.exp(loss)}

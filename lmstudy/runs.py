@@ -197,7 +197,9 @@ def cached(study: str, config: Any, fn: Callable[[Run], dict]) -> dict:
         return run.metrics
     metrics = fn(run)
     if not isinstance(metrics, dict):
-        raise TypeError(f"the function given to cached() must return a dict of metrics, got {type(metrics).__name__}")
+        raise TypeError(
+            f"the function given to cached() must return a dict of metrics, got {type(metrics).__name__}"
+        )
     run.save_metrics(metrics)
     return run.metrics  # the JSON round-trip: the same values a later cached() call returns
 

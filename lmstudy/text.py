@@ -340,6 +340,7 @@ def atomic_write_text(path: Path, text: str) -> None:
     with tempfile.NamedTemporaryFile("w", encoding="utf-8", dir=path.parent, prefix=f".{path.name}.",
                                      suffix=".tmp", delete=False) as handle:
         handle.write(text)
+    os.chmod(handle.name, 0o644)  # NamedTemporaryFile creates 0600; results are shared, not secret
     os.replace(handle.name, path)
 
 

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+import copy
+import functools
 
 import pytest
 import torch
@@ -230,6 +232,16 @@ def test_full_rank_compression_keeps_the_model_and_decompress_matches_the_factor
     assert torch.allclose(reloaded(tokens).logits, factored, atol=1e-5)
 
 
+def test_a_compressed_state_dict_reloads_into_a_freshly_compressed_model():
+    """How to save a factored model: its state_dict + KroneckerConfig; rebuild with compress(init="random")."""
+    config = KroneckerConfig(a_shape=(16, 8), n_factors=2, scalars=True)
+    trained = compress(tiny_model(seed=0), config)
+    rebuilt = compress(tiny_model(seed=5), config, init="random")
+    rebuilt.load_state_dict(trained.state_dict())
+    tokens = token_batch()
+    assert torch.equal(rebuilt(tokens).logits, trained(tokens).logits)
+
+
 @pytest.mark.parametrize("init", ["van_loan", "prune", "random"])
 def test_decompress_matches_a_low_rank_factored_model(init):
     model = tiny_model()
@@ -270,8 +282,10 @@ def test_compress_only_the_chosen_matrices_and_refuses_twice():
         compress(model, config)
     with pytest.raises(ValueError, match="unknown init"):
         compress(tiny_model(), KroneckerConfig(a_shape=(32, 16)), init="svd")
+    untouched = tiny_model()
     with pytest.raises(ValueError, match="does not divide"):
-        compress(tiny_model(), KroneckerConfig(a_shape=(48, 16)))
+        compress(untouched, KroneckerConfig(a_shape=(48, 16)))
+    assert not kronecker_layers(untouched)
     with pytest.raises(ValueError, match="matrices"):
         KroneckerConfig(a_shape=(32, 16), matrices=("attn",))
 
@@ -289,9 +303,14 @@ def test_parameter_counts_from_the_config_equal_the_real_model(overrides, scalar
 # ------------------------------------------------------------------------------------------ paper tables
 
 
-def _meta_gpt2_small() -> GPT2LMHeadModel:
+@functools.cache
+def _meta_gpt2_small_once() -> GPT2LMHeadModel:
     with torch.device("meta"):  # real GPT-2 small shapes, no memory
         return GPT2LMHeadModel(krony_table.GPT2_SMALL)
+
+
+def _meta_gpt2_small() -> GPT2LMHeadModel:
+    return copy.deepcopy(_meta_gpt2_small_once())  # compress works in place: give each caller its own
 
 
 def test_gpt2_small_has_124_439_808_parameters():

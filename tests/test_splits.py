@@ -64,7 +64,7 @@ def test_parts_are_disjoint_and_hit_their_targets():
 
 def test_duplicates_and_empty_documents_are_dropped():
     documents = fake_documents()
-    copy = Document(doc_id="copy", text=documents[5][1].text.upper(), domain="fake")  # same once normalised
+    copy = Document(doc_id="copy", text=documents[5][1].text.replace(" ", "  \n "), domain="fake")
     empty = Document(doc_id="empty", text="... !!\n--", domain="fake")
     split = assign_split("irc", documents + [("fake:copy", copy), ("fake:empty", empty)], targets=TARGETS)
     assert split.dropped == {"fake:copy": "duplicate of fake:5", "fake:empty": "empty after normalisation"}

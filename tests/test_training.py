@@ -112,6 +112,18 @@ def test_eval_windows_predict_every_token_once(length):
         assert torch.equal(y, x + 1)
 
 
+def test_lm_task_names_bad_streams_and_accepts_any_integer_ids():
+    with pytest.raises(ValueError, match="train_ids must be a 1-D tensor"):
+        LMTask(torch.zeros(4, 100, dtype=torch.long), torch.arange(10), batch_size=2, seq_len=8)
+    with pytest.raises(ValueError, match="valid_ids must hold integer token ids"):
+        LMTask(torch.arange(100), torch.rand(10), batch_size=2, seq_len=8)
+    with pytest.raises(ValueError, match="train_ids has 5 tokens"):
+        LMTask(torch.arange(5), torch.arange(10), batch_size=2, seq_len=8)
+    task = LMTask(torch.arange(100, dtype=torch.int32), torch.arange(10, dtype=torch.int16), batch_size=2, seq_len=8)
+    x, y = next(iter(task.batches(0)))
+    assert x.dtype == y.dtype == torch.int64 and x.shape == (2, 8)
+
+
 def test_lr_schedule_warms_up_then_decays_to_min():
     config = TrainConfig(max_steps=100, lr_schedule="cosine", warmup_steps=10, min_lr_ratio=0.1)
     factors = [lr_multiplier(step, config) for step in range(100)]

@@ -95,7 +95,7 @@ def partner_shape(weight_shape: Shape, a_shape: Shape) -> Shape:
     if a_rows < 1 or a_cols < 1 or rows % a_rows or cols % a_cols:
         raise ValueError(
             f"a_shape {tuple(a_shape)} does not divide the {tuple(weight_shape)} weight (out, in): each side "
-            f"of A must divide the matching side of the weight, e.g. a_shape=({rows // 2}, {cols})"
+            f"of A must divide the matching side of the weight (GPT-2 small's c_fc is (3072, 768): e.g. (768, 768))"
         )
     return rows // a_rows, cols // a_cols
 
@@ -234,9 +234,10 @@ class KroneckerLinear(nn.Module):
         self.b_shape = partner_shape((out_features, in_features), self.a_shape)
         self.n_factors = n_factors
         (p, q), (r, t) = self.a_shape, self.b_shape
-        # Placeholders: ``from_conv1d`` (or the caller) fills them with one of the initialisations.
-        self.a_factors = nn.Parameter(torch.zeros(n_factors, p, q))
-        self.b_factors = nn.Parameter(torch.zeros(n_factors, r, t))
+        # A usable random start (folded std 0.02, GPT-2's); ``from_conv1d`` overwrites it with its init.
+        a, b = random_init(self.a_shape, self.b_shape, n_factors, std=0.02)
+        self.a_factors = nn.Parameter(a)  # (n_factors, p, q)
+        self.b_factors = nn.Parameter(b)  # (n_factors, r, t)
         self.scalars = nn.Parameter(torch.ones(n_factors)) if scalars else None
         self.bias = nn.Parameter(torch.zeros(out_features))
         # The cheaper contraction order is fixed by the shapes (see the module docstring).
@@ -254,7 +255,8 @@ class KroneckerLinear(nn.Module):
         if init not in INITS:
             raise ValueError(f"unknown init {init!r}; choose one of {', '.join(INITS)}")
         weight = conv.weight.detach().T  # HF (in, out) -> paper (out, in)
-        layer = cls(conv.nx, conv.nf, a_shape, n_factors, scalars).to(device=weight.device, dtype=weight.dtype)
+        with torch.device(weight.device):  # build in place: no CPU round trip, free on the meta device
+            layer = cls(conv.nx, conv.nf, a_shape, n_factors, scalars).to(dtype=weight.dtype)
         options = dict(generator=generator, device=weight.device, dtype=weight.dtype)
         if init == "van_loan":
             a, b = van_loan(weight, layer.a_shape, layer.b_shape, rank=n_factors)
@@ -299,9 +301,9 @@ class KroneckerLinear(nn.Module):
         return blocks.reshape(p * r, q * t).T  # (out, in) -> (in, out)
 
     def multiply_adds_per_token(self) -> int:
-        """Multiply-adds of one forward pass for one token (the cheaper of the two orders)."""
+        """Multiply-adds of one forward pass for one token, in the order the layer uses."""
         (p, q), (r, t) = self.a_shape, self.b_shape
-        return self.n_factors * min(p * t * (q + r), q * r * (t + p))
+        return self.n_factors * (p * t * (q + r) if self.a_first else q * r * (t + p))
 
     def extra_repr(self) -> str:
         order = "A first" if self.a_first else "B first"
@@ -334,13 +336,20 @@ def compress(
     blocks = getattr(getattr(model, "transformer", None), "h", None)
     if blocks is None:
         raise ValueError(f"compress expects a GPT2LMHeadModel (with .transformer.h), got {type(model).__name__}")
-    for block in tqdm(blocks, desc=f"Kronecker {init} init", leave=False):
+    # Check every target before touching any, so a bad call never leaves a half-compressed model.
+    for index, block in enumerate(blocks):
         for matrix in config.matrices:
             conv = getattr(block.mlp, matrix)
             if not isinstance(conv, Conv1D):
-                raise ValueError(f"mlp.{matrix} is a {type(conv).__name__}, not a dense Conv1D: already compressed?")
+                raise ValueError(
+                    f"transformer.h.{index}.mlp.{matrix} is a {type(conv).__name__}, not a dense Conv1D: "
+                    "already compressed? (decompress(model) gives the dense model back)"
+                )
+            partner_shape((conv.nf, conv.nx), config.a_shape_for(matrix))
+    for block in tqdm(blocks, desc=f"Kronecker {init} init", leave=False):
+        for matrix in config.matrices:
             layer = KroneckerLinear.from_conv1d(
-                conv, config.a_shape_for(matrix), config.n_factors, config.scalars, init,
+                getattr(block.mlp, matrix), config.a_shape_for(matrix), config.n_factors, config.scalars, init,
                 std=_mlp_std(model.config, matrix), generator=generator,
             )
             setattr(block.mlp, matrix, layer)
@@ -363,7 +372,8 @@ def decompress(model: GPT2LMHeadModel) -> GPT2LMHeadModel:
     for name, layer in kronecker_layers(dense):
         parent_name, _, attribute = name.rpartition(".")
         weight = layer.to_dense_weight()  # (in, out)
-        conv = Conv1D(layer.out_features, layer.in_features).to(device=weight.device, dtype=weight.dtype)
+        with torch.device(weight.device):
+            conv = Conv1D(layer.out_features, layer.in_features).to(dtype=weight.dtype)
         conv.weight.copy_(weight)
         conv.bias.copy_(layer.bias)
         setattr(dense.get_submodule(parent_name), attribute, conv)

@@ -17,7 +17,7 @@ Decisions:
   first in this archive), a fixed order for a given archive.
 
 Streaming: ``tarfile`` streaming mode, one review in memory at a time; the whole archive is 206 MiB
-decompressed and takes about 15 s to read; asking for one split still decompresses the archive
+decompressed and takes 15-20 s to read; asking for one split still decompresses the archive
 up to that split's last file.
 """
 

@@ -25,8 +25,9 @@ Document unit (``unit=``):
 - ``"window"`` (default): consecutive windows of ``window`` (default 50) messages of a log sample,
   over the whole sample. This uses all of the text (2.27M words of #ubuntu messages), which the
   Welch-style domain needs (a 1M-token train split plus a larger pretraining split); the gold
-  conversations below cover only the annotated 30% (678k words). Windows keep the channel's real
-  interleaved flow, which is what a language model of IRC sees. ``doc_id = "<part>/<name>/w<k>"``.
+  conversations below cover only the annotated part, 30% of it (686k words). Windows keep the
+  channel's real interleaved flow, which is what a language model of IRC sees.
+  ``doc_id = "<part>/<name>/w<k>"``.
 - ``"conversation"``: the gold disentangled conversations (connected components of the annotation
   links; a component that starts in the context keeps its linked context messages), each a document
   with its messages in log order: Welch et al.'s unit ("all of the automatically disentangled

@@ -14,13 +14,13 @@ Reuters-21578 (``reuters21578/reuters21578_sgm.tar.xz``: ``reut2-000.sgm`` .. ``
 
     Decisions: ``doc_id`` = NEWID; ``title`` = TITLE; ``label`` = the first TOPICS entry (None when
     the record has no topic, 45% of them); ``meta = {"topics", "places", "split" (LEWISSPLIT,
-    lower-cased: train / test / not-used), "date"}``. The text is the BODY: SGML entities
+    lower-cased: train / test / not-used), "date", "text_type" (norm / brief / unproc)}``. The text is the BODY: SGML entities
     unescaped (``&lt;`` -> ``<``), control characters (``&#2;``, ``&#3;``...) removed, the hard
     wrapping undone (a line that starts with white space starts a paragraph or a table row, any
     other line continues the previous one), and the closing "Reuter"/"REUTER" signature dropped.
     Records without BODY: ``TYPE="UNPROC"`` ones (737, mostly tables and corrections) use their
-    whole TEXT the same way; ``TYPE="BRIEF"`` ones (1,798) are a headline only, and that headline is
-    their text. So every record is a document (21,577) except one empty UNPROC record (NEWID
+    whole TEXT the same way; ``TYPE="BRIEF"`` ones (1,798) are a headline only (their TEXT holds a
+    "Blah blah blah." placeholder), and that headline is their text. So every record is a document (21,577) except one empty UNPROC record (NEWID
     12793), which is skipped. ``split=`` selects
     LEWISSPLIT values (train / test / not-used; the ModApte split is LEWISSPLIT with TOPICS="YES").
 
@@ -97,8 +97,12 @@ def read_reuters21578(root: Path, split: str | Iterable[str] | None = None) -> I
                 continue
             title = _element(body, "TITLE")
             title = " ".join(_CONTROL.sub("", html.unescape(title)).split()) if title else None
+            text_type = re.search(r'<TEXT(?:\s+TYPE="(\w+)")?', body)
+            text_type = (text_type.group(1) or "NORM").lower() if text_type else "none"
             content = _element(body, "BODY")
-            if content is None:
+            if text_type == "brief":
+                content = ""  # a headline only; the rest of its TEXT is a "Blah blah blah." placeholder
+            elif content is None:
                 content = re.sub(r"<TITLE>.*?</TITLE>|<DATELINE>.*?</DATELINE>", "", _element(body, "TEXT") or "",
                                  flags=re.DOTALL)
             text = reuters_text(content) or (title or "")
@@ -108,7 +112,7 @@ def read_reuters21578(root: Path, split: str | Iterable[str] | None = None) -> I
             yield Document(attributes["NEWID"], text, domain="news", label=topics[0] if topics else None,
                            title=title,
                            meta={"topics": topics, "places": _entries(body, "PLACES"), "split": part,
-                                 "date": (_element(body, "DATE") or "").strip()})
+                                 "date": (_element(body, "DATE") or "").strip(), "text_type": text_type})
 
 
 @reader
