@@ -28,9 +28,23 @@ def find_notebook(name: str) -> Path:
     raise FileNotFoundError(f"no study notebook named {name!r} in {notebooks_dir()}; studies: {names}")
 
 
+def parse_value(text: str):
+    """A command-line value -> int, float, bool, None, list or str (YAML scalars, like papermill's -p).
+
+    PyYAML follows YAML 1.1, where ``1e-3`` is a string; we read it as the float people mean.
+    """
+    value = yaml.safe_load(text)
+    if isinstance(value, str):
+        try:
+            return float(value)
+        except ValueError:
+            return value
+    return value
+
+
 def parse_overrides(pairs: list[tuple[str, str]]) -> dict:
-    """``-p key value`` pairs -> typed values (YAML scalars: 3 -> int, 1e-3 -> float, true -> bool)."""
-    return {key: yaml.safe_load(value) for key, value in pairs}
+    """``-p key value`` pairs -> {key: typed value}."""
+    return {key: parse_value(value) for key, value in pairs}
 
 
 def run_study(name: str, scale: str = "smoke", overrides: dict | None = None, output: Path | None = None) -> Path:

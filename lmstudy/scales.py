@@ -17,7 +17,7 @@ PRESETS: dict[str, dict[str, dict]] = {
     "00_quickstart": {
         "smoke": dict(
             n_layer=1, n_head=2, n_embd=32, seq_len=32, batch_size=16,
-            max_steps=40, eval_every=20, lr=3e-3, train_tokens=60_000, eval_tokens=6_000, seed=0,
+            max_steps=30, eval_every=15, lr=3e-3, train_tokens=60_000, eval_tokens=6_000, seed=0,
         ),
         "cpu": dict(
             n_layer=2, n_head=4, n_embd=128, seq_len=64, batch_size=32,

@@ -105,7 +105,8 @@ def test_token_clusters_resolve_nested_mentions_by_rule():
 
 def test_iob_spans_read_one_layer():
     spans = iob_spans(["B-PER", "I-PER", "O", "I-LOC", "B-GPE", "B-GPE"])
-    assert [(s.start, s.end, s.entity_type) for s in spans] == [(0, 2, "PER"), (3, 4, "LOC"), (4, 5, "GPE"), (5, 6, "GPE")]
+    expected = [(0, 2, "PER"), (3, 4, "LOC"), (4, 5, "GPE"), (5, 6, "GPE")]
+    assert [(s.start, s.end, s.entity_type) for s in spans] == expected
 
 
 def test_irc_log_parsing_and_gold_conversations():
@@ -348,6 +349,7 @@ def test_gum_coref_matches_splits_md_and_stays_in_bounds(gum_coref):
     for document in gum_coref:
         counted[document.split] = counted.get(document.split, 0) + 1
     assert counted == sizes
+    assert sum(document.doc_id.startswith("GUM_reddit_") for document in gum_coref) == 18  # MANIFEST.md
     assert sum(len(document.tokens) for document in gum_coref) == 268_089  # MANIFEST.md
     for document in gum_coref:
         n = len(document.tokens)
@@ -365,7 +367,8 @@ def test_gum_leaves_masked_reddit_out_by_default():
     root = corpus_root("gum")
     documents = list(READERS["gum"](root))
     assert documents and not any(document.doc_id.startswith("GUM_reddit_") for document in documents)
-    assert all(document.label and document.meta["split"] in {"train", "dev", "test", "test2"} for document in documents)
+    splits = {"train", "dev", "test", "test2"}
+    assert all(document.label and document.meta["split"] in splits for document in documents)
 
 
 def test_litbank_coref_documents():

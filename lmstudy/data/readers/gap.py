@@ -5,8 +5,9 @@ B-offset, B-coref, URL``; offsets are character offsets into Text; A-coref / B-c
 ``TRUE``/``FALSE``. Files: development (2,000), test (2,000), validation (454).
 
 A document is one example: ``doc_id`` = ID (``development-1``), text = the Wikipedia snippet
-exactly as in the file (one line, no surrounding space: the offsets index into it), ``title`` = the Wikipedia page from the URL (unquoted,
-underscores as spaces; the splits use it to keep these pages out of Wikipedia training data),
+exactly as in the file (one line, no surrounding space: the offsets index into it), ``title`` =
+the Wikipedia page from the URL (unquoted, underscores as spaces; the splits use it to keep these
+pages out of Wikipedia training data),
 ``meta`` = the other columns with offsets as int and corefs as bool, plus ``split``. Domain
 ``wikipedia``, no label. ``split=`` development / test / validation / None.
 """

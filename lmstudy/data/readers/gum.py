@@ -5,10 +5,11 @@ such as ``# meta::title`` and ``# meta::genre``), ``coref/gum/conll/<doc>.conll`
 coreference: every entity mention incl. singletons, labels ``type-id[-identity]``, e.g.
 ``(person-10-Charles_Bolden``), ``coref/ontogum/conll/<doc>.conll`` (the OntoNotes-scheme
 conversion: no singletons, OntoNotes rules for appositions, copulas, etc.; bare ids), ``xml/``
-(TT-SGML, the same entity types) and ``splits.md`` (train / dev / test of GUM, ``test2`` = the 26
-GENTLE documents of challenging genres). 281 documents, 268,089 tokens; the 18 ``GUM_reddit_*``
-documents have every word form masked with underscores (the text needs the repository's
-``get_text.py`` and network access to restore).
+(TT-SGML: paragraphs, sentences, tokens, POS -- no entity layer in this release) and
+``splits.md`` (train / dev / test of GUM, ``test2`` = the 26 GENTLE documents of challenging
+genres). 281 documents, 268,089 tokens; the 18 ``GUM_reddit_*`` documents have every word form
+masked with underscores (the text needs the repository's ``get_text.py`` and network access to
+restore).
 
 :func:`read_gum` -- plain documents
     One document per ``dep`` file, text = its sentences (``# text =`` lines), one a line.
@@ -26,20 +27,24 @@ documents have every word form masked with underscores (the text needs the repos
       OntoNotes-scheme coreference, and OntoGUM is GUM converted to exactly that scheme (no
       singletons, the entity memory only holds entities that recur). ``scheme="gum"`` gives GUM's
       own annotation (singletons included).
-    - Entity types come from the GUM-scheme file's labels (the same ``entity`` attribute as the xml
-      files, without an SGML parser): a mention gets the type of the GUM mention with the same span,
-      else its cluster's majority type (OntoGUM sometimes moves a span, e.g. around appositions).
+    - Entity types come from the GUM-scheme file's labels: in this GUM release the xml files carry
+      no entity layer (the types live in ``coref/gum/conll`` and in the ``Entity=`` field of the
+      conllu MISC column; the conll labels are the simpler of the two to read). An OntoGUM mention
+      gets the type of the GUM mention with the same span (96% of them), else its cluster's majority
+      type (the OntoNotes conversion changes some spans).
     - ``entities`` = every typed GUM-scheme mention (GUM annotates all entity mentions, named or not,
       with 10 types: person, place, organization, object, event, time, abstract, substance, animal,
       plant); ``entity_iob()`` is their outermost layer.
 
-    The token columns of the conll files are checked against ``dep`` (OntoGUM lost one ``|`` token
-    in GUM_news_iodine, so tokens always come from ``dep``). ``split=`` as above;
-    ``include_reddit=False`` by default (masked text). ``meta = {"genre", "title", "scheme"}``.
+    The conll files' token counts are checked against ``dep``; the tokens themselves always come
+    from ``dep`` (OntoGUM's conll lost the form of one ``|`` token in GUM_news_iodine). One OntoGUM
+    file (GENTLE_poetry_road) has two brackets that do not pair up; they are dropped with a
+    warning. ``split=`` as above; ``include_reddit=False`` by default (masked text).
+    ``meta = {"genre", "title", "scheme"}``.
 
-Both readers stream the archive once (72 MB decompressed, about a second) and keep only the parsed
-files of the documents asked for; ``splits.md`` is the last member, so nothing is yielded before
-the end of the archive.
+Both readers stream the archive once (72 MB decompressed; 1-4 s with the parsing), keeping the
+files of the layers they need (at most ~35 MB of text) until ``splits.md``, the last member, says
+which split each document is in: nothing is yielded before the end of the archive.
 """
 
 from __future__ import annotations
@@ -56,7 +61,7 @@ from lmstudy.data.readers.coref import CorefDocument, Mention, coref_spans, with
 SPLITS = ("train", "dev", "test", "test2")
 SCHEMES = ("ontogum", "gum")
 
-_MEMBER = re.compile(r"^(?:\./)?(dep|coref/gum/conll|coref/ontogum/conll)/([^/]+)\.(?:conllu|conll)$")
+_MEMBER = re.compile(r"^(dep|coref/gum/conll|coref/ontogum/conll)/([^/]+)\.(?:conllu|conll)$")
 _GUM_LABEL = re.compile(r"^([a-z]+)-(\d+)(?:-.*)?$")
 
 
@@ -72,6 +77,7 @@ class _ParsedDep:
 
 
 def parse_conllu(text: str) -> _ParsedDep:
+    """Tokens, UPOS tags, sentences and ``meta::`` comments of one CoNLL-U document."""
     parsed = _ParsedDep()
     for line in text.split("\n"):
         if line.startswith("# text = "):
@@ -114,7 +120,9 @@ def _is_masked(name: str) -> bool:
     return name.startswith("GUM_reddit_")
 
 
-def _gum_archive(root: Path, layers: tuple[str, ...], split: str | tuple | None, include_reddit: bool):
+def _gum_archive(
+    root: Path, layers: tuple[str, ...], split: str | None, include_reddit: bool
+) -> Iterator[tuple[str, str, dict[str, str]]]:
     """Stream gum.tar.xz once: (name, split, {layer: text}) of the wanted documents, sorted by name."""
     wanted = set(check_choices("split", split, SPLITS))
     archive = require_file(root / "gum.tar.xz")

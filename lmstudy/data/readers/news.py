@@ -13,16 +13,17 @@ Reuters-21578 (``reuters21578/reuters21578_sgm.tar.xz``: ``reut2-000.sgm`` .. ``
         &#3;</BODY></TEXT></REUTERS>
 
     Decisions: ``doc_id`` = NEWID; ``title`` = TITLE; ``label`` = the first TOPICS entry (None when
-    the record has no topic, 45% of them); ``meta = {"topics", "places", "split" (LEWISSPLIT,
-    lower-cased: train / test / not-used), "date", "text_type" (norm / brief / unproc)}``. The text is the BODY: SGML entities
-    unescaped (``&lt;`` -> ``<``), control characters (``&#2;``, ``&#3;``...) removed, the hard
-    wrapping undone (a line that starts with white space starts a paragraph or a table row, any
-    other line continues the previous one), and the closing "Reuter"/"REUTER" signature dropped.
-    Records without BODY: ``TYPE="UNPROC"`` ones (737, mostly tables and corrections) use their
-    whole TEXT the same way; ``TYPE="BRIEF"`` ones (1,798) are a headline only (their TEXT holds a
-    "Blah blah blah." placeholder), and that headline is their text. So every record is a document (21,577) except one empty UNPROC record (NEWID
-    12793), which is skipped. ``split=`` selects
-    LEWISSPLIT values (train / test / not-used; the ModApte split is LEWISSPLIT with TOPICS="YES").
+    the record has no topic, 47% of them); ``meta = {"topics", "places", "split" (LEWISSPLIT,
+    lower-cased: train / test / not-used), "date", "text_type" (norm / brief / unproc)}``. The text
+    is the BODY: SGML entities unescaped (``&lt;`` -> ``<``), control characters (``&#2;``,
+    ``&#3;``...) removed, the hard wrapping undone (a line that starts with white space starts a
+    paragraph or a table row, any other line continues the previous one), and the closing
+    "Reuter"/"REUTER" signature dropped. Records without BODY: ``TYPE="UNPROC"`` ones (737, mostly
+    tables and corrections) use their whole TEXT the same way; ``TYPE="BRIEF"`` ones (1,798) are a
+    headline only (their TEXT holds a "Blah blah blah." placeholder), and that headline is their
+    text. So every record is a document (21,577) except one empty UNPROC record (NEWID 12793),
+    which is skipped. ``split=`` selects LEWISSPLIT values (train / test / not-used; the ModApte
+    split is LEWISSPLIT with TOPICS="YES").
 
 BBC News (``bbc_news/bbc_fulltext.tar.xz``: ``bbc/<topic>/<nnn>.txt``, 2,225 articles)
     Each file: the headline, a blank line, then one paragraph a line (not hard-wrapped), mostly with
@@ -42,13 +43,7 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 from lmstudy.data.documents import Document
-from lmstudy.data.readers.common import (
-    check_choices,
-    decode_text,
-    iter_tar,
-    join_lines,
-    reader,
-)
+from lmstudy.data.readers.common import check_choices, decode_text, iter_tar, join_lines, reader
 
 REUTERS_SPLITS = ("train", "test", "not-used")
 BBC_TOPICS = ("business", "entertainment", "politics", "sport", "tech")

@@ -1,7 +1,8 @@
-"""Reader of the Reddit statement-response corpus (leahrnh/reddit_corpus; ``reddit/reddit_corpus_json.tar.xz``).
+"""Reader of the Reddit statement-response corpus (``reddit/reddit_corpus_json.tar.xz``).
 
-Format: ``reddit_corpus/<subreddit>_<YYYY-MM-DD>.json`` (260 files: 13 subreddits + one ``extra``
-file, Feb-Apr 2015), each a JSON list of pairs
+Source: leahrnh/reddit_corpus. Format: ``reddit_corpus/<subreddit>_<YYYY-MM-DD>.json`` (260 files:
+13 subreddits + one ``extra`` file, Feb-Apr 2015; the AskReddit files are not in our copy), each a
+JSON list of pairs
 ``{"docID", "qSentId", "question", "aSentId", "answer", "corpus": "reddit"}``. The collector walked
 the top 25 submissions of a subreddit-day: the submission title (or a comment) is a ``question``
 and up to 3 of its replies are ``answer``s. Facts checked on the data that shape this reader:
@@ -24,11 +25,12 @@ two splits), and a tree with nothing new is skipped. HTML entities of Reddit's m
 
 ``doc_id = "<file stem>/<root id>"`` (e.g. ``books_2015-03-15/5378``), ``label`` = subreddit from
 the file name (``News``, ``worldnews``, ..., ``extra``), ``meta = {"file", "date", "messages"}``,
-domain ``reddit``. ``subreddits=`` restricts to some (case-insensitive). Order: archive order of the
+domain ``reddit``. ``subreddits=`` restricts to some (case-insensitive; a name not in the archive
+is an error, raised once the archive has been read). Order: archive order of the
 files, trees by root id within a file.
 
-Broken files: 26 files fail ``json.load`` -- a stray comma after ``[`` (the bug the corpus README
-describes) and, in most, pairs written back to back without a comma (``}{``). We parse every file
+Broken files: 26 files fail ``json.load`` -- one has a stray comma after ``[`` (the bug the corpus
+README describes), 25 have pairs written back to back without a comma (``}{``). We parse every file
 with ``json.JSONDecoder.raw_decode`` one pair at a time, skipping ``[``, ``]``, commas and whitespace
 between pairs, which reads all 260 files completely. Should a file hold something else, the reader
 skips to the next ``{"docID"`` and logs a warning with the number of characters it could not read
@@ -124,12 +126,14 @@ def read_reddit(root: Path, subreddits: str | Iterable[str] | None = None) -> It
         subreddits = (subreddits,)
     wanted = None if subreddits is None else {name.lower() for name in subreddits}
     seen: dict[str, set[bytes]] = defaultdict(set)  # subreddit -> digests of texts already yielded
+    in_archive: set[str] = set()
     damaged = 0
     for name, data in iter_tar(root / "reddit_corpus_json.tar.xz", ".json"):
         match = _FILE.search(name)
         if match is None:
             continue
         stem, subreddit, date = match.groups()
+        in_archive.add(subreddit)
         if wanted is not None and subreddit.lower() not in wanted:
             continue
         pairs, unreadable = parse_pairs(data.decode("utf-8"))
@@ -149,3 +153,6 @@ def read_reddit(root: Path, subreddits: str | Iterable[str] | None = None) -> It
                                meta={"file": stem, "date": date, "messages": len(messages)})
     if damaged:
         log.warning("reddit: %d files had unreadable parts (see the warnings above)", damaged)
+    unknown = (wanted or set()) - {name.lower() for name in in_archive}
+    if unknown:
+        raise ValueError(f"subreddits={sorted(unknown)} not in the corpus; it has: {', '.join(sorted(in_archive))}")
