@@ -3,6 +3,7 @@
 Commands:
   data list | verify [NAMES] | fetch NAME | stats    the corpus catalogue (lmstudy.data)
   study NAME --scale smoke|cpu|paper [-p KEY VALUE]  run a study notebook with papermill
+  krony table                                        Krony-PT parameter accounting (paper Tables 1 and 2)
 
 Every command has ``--help``.
 """
@@ -54,6 +55,9 @@ def build_parser() -> argparse.ArgumentParser:
     subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     _add_data_command(subparsers)
     _add_study_command(subparsers)
+    from lmstudy import krony_table
+
+    krony_table.register(subparsers)
     return parser
 
 
