@@ -139,15 +139,32 @@ def test_split_documents_streams_a_part():
     assert 1 <= len(documents) <= 2 and all(document.text for document in documents)
 
 
-# --- the token cache ----------------------------------------------------------------------------
+def test_committed_news_keys_are_read_by_the_readers():
+    """The committed ids still name documents the readers yield (catches a reader changing its ids)."""
+    require_corpus("reuters21578")
+    require_corpus("bbc_news")
+    split = load_split("news")
+    keys = {key for key, _ in splits.iter_domain_documents("news")}
+    assert {key for part in ("train", "valid", "test") for key in split.ids[part]} <= keys
+    assert set(split.dropped) <= keys
+    assert len(keys) - len(split.dropped) == sum(split.documents.values())
 
-def test_token_cache_matches_the_split(tmp_path, monkeypatch):
+
+# --- the token cache and the rare-word table on a fake domain -----------------------------------
+
+@pytest.fixture
+def fake_domain(tmp_path, monkeypatch):
+    """The "irc" domain replaced by fake documents; split files, caches and figures under tmp_path."""
     documents = fake_documents()
     monkeypatch.setenv("LMSTUDY_RUNS", str(tmp_path / "runs"))
+    monkeypatch.setenv("LMSTUDY_FIGURES", str(tmp_path / "figures"))
     monkeypatch.setattr(splits, "SPLITS_DIR", tmp_path / "splits")
     monkeypatch.setattr(splits, "iter_domain_documents", lambda domain, limit=None: iter(documents))
-    monkeypatch.setattr(splits, "wikitext_eval_titles", lambda: set())
-    split = splits.build_split("irc", targets=TARGETS)
+    return documents, splits.build_split("irc", targets=TARGETS)
+
+
+def test_token_cache_matches_the_split(fake_domain):
+    documents, split = fake_domain
     assert load_split("irc") == split
     by_key = dict(documents)
     for part in PARTS:
@@ -156,11 +173,40 @@ def test_token_cache_matches_the_split(tmp_path, monkeypatch):
         expected = [sentence for key in keys for sentence in normalise_ptb(by_key[key].text)]
         assert splits.split_tokens("irc", part) == expected
         assert count_tokens(expected) == split.tokens[part]
-    assert sum(splits.split_counts("irc", "valid").values()) == split.tokens["valid"] - len(
-        splits.split_tokens("irc", "valid"))
+    valid_sentences = splits.split_tokens("irc", "valid")
+    assert sum(splits.split_counts("irc", "valid").values()) == split.tokens["valid"] - len(valid_sentences)
     # A changed split file makes the cache stale: it is rebuilt from the new split.
     cache = splits.token_file("irc", "valid")
     splits.build_split("irc", seed=1, targets=TARGETS)
     assert splits.token_file("irc", "valid") == cache
     assert count_tokens(splits.split_tokens("irc", "valid")) == load_split("irc").tokens["valid"]
     assert load_split("irc").ids["valid"] != split.ids["valid"]
+
+
+def test_rare_word_table_files(fake_domain, tmp_path):
+    from lmstudy.data.stats import PAPER_TABLE_4, write_rare_word_table
+    from lmstudy.text import rare_word_stats
+
+    table = write_rare_word_table(["irc"])
+    ours = table[table.source == "lmstudy"].iloc[0]
+    expected = rare_word_stats(splits.split_counts("irc", "train"), splits.split_counts("irc", "pretrain"))
+    assert ours.train_type_pct == pytest.approx(expected.train_type_pct)
+    assert ours.train_in_pre_token_pct == pytest.approx(expected.train_in_pre_token_pct)
+    assert list(table[table.source != "lmstudy"].dataset) == list(PAPER_TABLE_4)
+    csv = (tmp_path / "figures" / "rare_words.csv").read_text()
+    markdown = (tmp_path / "figures" / "rare_words.md").read_text()
+    assert csv.count("\n") == 1 + 1 + len(PAPER_TABLE_4)
+    assert "| PTB | Welch et al. 2020, Table 4 | 73 | 5.3 | 77 | 0.11 | 14 | 1.3 |" in markdown
+    assert "Mikolov" in markdown
+
+
+def test_stats_command(fake_domain, capsys):
+    import argparse
+
+    from lmstudy.data.stats import register
+
+    parser = argparse.ArgumentParser(prog="lmstudy data")
+    register(parser.add_subparsers())
+    args = parser.parse_args(["stats", "irc", "--threshold", "2"])
+    assert args.handler(args) == 0
+    assert "rare_words.csv" in capsys.readouterr().out

@@ -126,12 +126,15 @@ class Split:
         return self._part_of.get(key, "pretrain")
 
     def to_json(self) -> str:
-        payload = {name: value for name, value in asdict(self).items()}
-        return json.dumps(payload, indent=1, ensure_ascii=False) + "\n"
+        return json.dumps(asdict(self), indent=1, ensure_ascii=False) + "\n"
 
     @classmethod
     def from_json(cls, text: str) -> Split:
-        return cls(**json.loads(text))
+        payload = json.loads(text)
+        if payload.get("format") != FORMAT_VERSION:
+            raise ValueError(f"split file format {payload.get('format')!r} is not {FORMAT_VERSION}: "
+                             "rebuild it with lmstudy.data.splits.build_split")
+        return cls(**payload)
 
 
 # --- reading a domain ---------------------------------------------------------------------------
@@ -236,17 +239,17 @@ def assign_split(
             kept_with_digest[digests[key]] = key
     order = [key for key in order if key not in dropped]
     random.Random(seed).shuffle(order)
+    # Fill valid, then test, then train, each until its count first reaches its target.
     ids: dict[str, list[str]] = {"valid": [], "test": [], "train": []}
     tokens = dict.fromkeys(PARTS, 0)
-    filling = iter(ids)
-    part = next(filling)
+    to_fill = list(ids)
     for key in order:
-        while part is not None and tokens[part] >= getattr(targets, part):
-            part = next(filling, None)
-        target_part = part or "pretrain"
-        if part is not None:
+        while to_fill and tokens[to_fill[0]] >= getattr(targets, to_fill[0]):
+            to_fill.pop(0)
+        part = to_fill[0] if to_fill else "pretrain"
+        if part != "pretrain":
             ids[part].append(key)
-        tokens[target_part] += token_counts[key]
+        tokens[part] += token_counts[key]
     unfilled = [name for name in ids if tokens[name] < getattr(targets, name)]
     if unfilled:
         raise ValueError(
@@ -440,6 +443,7 @@ def build_token_cache(domain: str) -> dict[str, dict]:
         for part in parts:
             handles[part].close()
             text_path, info_path = _cache_paths(domain, part)
+            os.chmod(handles[part].name, 0o644)  # temporary files are created 0600
             os.replace(handles[part].name, text_path)
             atomic_write_text(info_path, json.dumps(infos[part], indent=1) + "\n")
     finally:

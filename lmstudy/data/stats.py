@@ -47,12 +47,13 @@ not counted. Splits: `lmstudy/data/splits/*.json`. Command: `python -m lmstudy d
 
 - Our PTB is Mikolov's (already UNK'd to a 10k vocabulary: every kept word occurs several times, and
   45k tokens are `<unk>`), so its Train columns are not comparable with the paper's PTB row, which
-  counts the PTB text without UNK replacement ("PTB-Rare"). Our PTB pretraining data is our news
-  pretraining split (Reuters-21578 + BBC, about 3M tokens), not Gigaword (billions of tokens).
-- Paper rows for comparison: PTB/NANC = news (our `news` domain is Reuters-21578 + BBC News, the
-  paper's NANC is Wall Street Journal text), IRC, Reddit, Wiki; Sci (CORD-19) has no counterpart
-  here, and the paper has no IMDB or books domain. The paper's pretraining sets are 43M tokens (NANC)
-  to 2.2B (Wiki); ours are 1-25M tokens, so words are rarer in them.
+  counts the PTB text without UNK replacement. Our PTB pretraining data is our `news` pretraining
+  split (Reuters-21578 + BBC News), not Gigaword (about 5B tokens) as in the paper.
+- Paper rows to compare with: news ~ NANC (Wall Street Journal text in the paper), irc ~ IRC,
+  reddit ~ Reddit, wikipedia ~ Wiki; Sci (CORD-19) has no counterpart here, and the paper has no
+  IMDB or books domain. The paper's pretraining sets have 43M (NANC) to 2.2B (Wiki) tokens; ours
+  have {smallest_pretrain:,} to {largest_pretrain:,}, so more words stay rare in them (the Pretrain
+  and Train in Pre columns).
 """
 
 
@@ -76,7 +77,10 @@ def rare_word_table(domains: list[str] | None = None, threshold: int = 5) -> pd.
     for name, values in PAPER_TABLE_4.items():
         rows.append({"dataset": name, "source": PAPER, **dict(zip(STAT_COLUMNS, values)),
                      "train_tokens": None, "pretrain_tokens": None, "paper_row": name})
-    return pd.DataFrame(rows)
+    table = pd.DataFrame(rows)
+    size_columns = ["train_tokens", "pretrain_tokens"]
+    table[size_columns] = table[size_columns].astype("Int64")  # integers with gaps, not floats
+    return table
 
 
 def _markdown(table: pd.DataFrame, threshold: int) -> str:
@@ -89,7 +93,10 @@ def _markdown(table: pd.DataFrame, threshold: int) -> str:
         sizes = (row.train_tokens, row.pretrain_tokens)
         cells += ["" if pd.isna(value) else f"{int(value):,}" for value in sizes]
         lines.append("| " + " | ".join(cells) + " |")
-    return "\n".join(lines) + "\n\n" + NOTES.format(threshold=threshold)
+    sizes = table.pretrain_tokens.dropna()
+    notes = NOTES.format(threshold=threshold, smallest_pretrain=int(sizes.min()),
+                         largest_pretrain=int(sizes.max()))
+    return "\n".join(lines) + "\n\n" + notes
 
 
 def write_rare_word_table(domains: list[str] | None = None, threshold: int = 5) -> pd.DataFrame:
