@@ -65,6 +65,7 @@ def atomic_write_text(path: str | os.PathLike, text: str) -> None:
             f.write(text)
             f.flush()
             os.fsync(f.fileno())
+        os.chmod(tmp_name, 0o644)  # mkstemp makes it private; results are ordinary shared files
         os.replace(tmp_name, path)
     except BaseException:
         # Covers KeyboardInterrupt too: never leave the temp file behind.

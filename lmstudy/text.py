@@ -43,9 +43,7 @@ from __future__ import annotations
 
 import functools
 import json
-import os
 import re
-import tempfile
 import unicodedata
 from collections import Counter
 from collections.abc import Iterable, Mapping
@@ -53,6 +51,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from nltk.tokenize import TreebankWordTokenizer
+
+from lmstudy.runs import atomic_write_text
 
 # Bump when a rule below changes: cached normalised text (lmstudy.data.splits) is rebuilt.
 NORMALISATION_VERSION = 1
@@ -334,16 +334,6 @@ def rare_word_stats(train_counts: Mapping[str, int], pretrain_counts: Mapping[st
     return RareWordStats(train_type, train_token, pre_type, pre_token, in_pre_type, in_pre_token)
 
 
-def atomic_write_text(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` through a temporary file + os.replace, so readers never see half a file."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.NamedTemporaryFile("w", encoding="utf-8", dir=path.parent, prefix=f".{path.name}.",
-                                     suffix=".tmp", delete=False) as handle:
-        handle.write(text)
-    os.chmod(handle.name, 0o644)  # NamedTemporaryFile creates 0600; results are shared, not secret
-    os.replace(handle.name, path)
-
-
 __all__ = ["ABBREVIATIONS", "EOS", "NORMALISATION_VERSION", "NUMBER", "RareWordStats", "UNK", "URL",
-           "UnkRate", "Vocab", "atomic_write_text", "count_tokens", "normalise_line", "normalise_ptb",
+           "UnkRate", "Vocab", "count_tokens", "normalise_line", "normalise_ptb",
            "rare_word_stats"]

@@ -42,10 +42,8 @@ import gzip
 import hashlib
 import json
 import lzma
-import os
 import re
 import tarfile
-import tempfile
 from collections.abc import Callable, Iterable, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -54,6 +52,7 @@ from pathlib import Path
 from tqdm.auto import tqdm
 
 from lmstudy.paths import data_dir, runs_dir
+from lmstudy.runs import atomic_write_text
 
 CHUNK_BYTES = 1 << 20  # hash and copy in 1 MiB chunks: fast, and flat memory for any file size
 CHECKSUMS_FILE = Path(__file__).with_name("checksums.txt")
@@ -450,13 +449,7 @@ def _read_cache() -> dict:
 
 def _write_cache(cache: dict) -> None:
     """Atomic write: a concurrent reader sees the old or the new file, never half of one."""
-    path = _cache_file()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
-    with os.fdopen(handle, "w", encoding="utf-8") as stream:
-        json.dump(cache, stream, indent=1, sort_keys=True)
-    os.chmod(temporary, 0o644)  # mkstemp makes it private; the cache is an ordinary file
-    os.replace(temporary, path)
+    atomic_write_text(_cache_file(), json.dumps(cache, indent=1, sort_keys=True))
 
 
 def _remembered_sha256(path: Path, memo: dict) -> str:

@@ -51,7 +51,8 @@ from tqdm.auto import tqdm
 
 from lmstudy.data.documents import Document
 from lmstudy.paths import runs_dir
-from lmstudy.text import NORMALISATION_VERSION, atomic_write_text, count_tokens, normalise_ptb
+from lmstudy.runs import atomic_write_text
+from lmstudy.text import NORMALISATION_VERSION, count_tokens, normalise_ptb
 
 SPLITS_DIR = Path(__file__).resolve().parent / "splits"
 PARTS = ("train", "valid", "test", "pretrain")

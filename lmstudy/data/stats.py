@@ -20,7 +20,8 @@ from dataclasses import asdict, fields
 import pandas as pd
 
 from lmstudy.paths import figures_dir
-from lmstudy.text import RareWordStats, atomic_write_text, rare_word_stats
+from lmstudy.runs import atomic_write_text
+from lmstudy.text import RareWordStats, rare_word_stats
 
 OURS = "lmstudy"
 PAPER = "Welch et al. 2020, Table 4"
