@@ -1,6 +1,6 @@
 """The parameter accounting of Krony-PT's Tables 1 and 2, recomputed from the GPT-2 small config alone.
 
-``python -m lmstudy krony table`` prints every row of the paper's Table 1 (one Kronecker factor pair per
+``python -m lmstudy krony table`` (wired in ``lmstudy.__main__``) prints every row of the paper's Table 1 (one Kronecker factor pair per
 MLP matrix, for each "Dimension" = the shape of ``c_fc``'s first factor A in the paper's ``(3072, 768)``
 orientation), the multi-factor rows of Table 2 and the 4-factor model of Sec. 4.4, each beside the number
 the paper prints. Nothing here needs weights: the counts come from ``lmstudy.models.kronecker``'s
@@ -145,19 +145,3 @@ def format_table() -> str:
         width=110,
     ))
     return "\n".join(text)
-
-
-def _print_table(args) -> int:
-    print(format_table())
-    return 0
-
-
-def register(subparsers) -> None:
-    """Add ``krony table`` to the ``lmstudy`` command line."""
-    krony = subparsers.add_parser("krony", help="Krony-PT (Kronecker-factored GPT-2 MLPs) tools")
-    krony_commands = krony.add_subparsers(dest="krony_command", required=True, metavar="SUBCOMMAND")
-    table = krony_commands.add_parser(
-        "table", help="the paper's parameter Tables 1 and 2, recomputed from the GPT-2 small config",
-        description=__doc__.split("\n\n")[0],
-    )
-    table.set_defaults(handler=_print_table)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import argparse
 import copy
 import functools
 
@@ -348,9 +347,8 @@ def test_section_4_4_scalars_add_96_parameters():
 
 
 def test_cli_prints_the_table(capsys):
-    parser = argparse.ArgumentParser()
-    krony_table.register(parser.add_subparsers(dest="command", required=True))
-    args = parser.parse_args(["krony", "table"])
-    assert args.handler(args) == 0
+    from lmstudy.__main__ import main
+
+    assert main(["krony", "table"]) == 0
     printed = capsys.readouterr().out
     assert "81,972,576" in printed and "124,439,832" in printed and " NO" not in printed
