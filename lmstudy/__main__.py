@@ -4,6 +4,8 @@ Commands:
   data list | verify [NAMES] | fetch NAME | stats    the corpus catalogue (lmstudy.data)
   study NAME --scale smoke|cpu|paper [-p KEY VALUE]  run a study notebook with papermill
   krony table                                        Krony-PT parameter accounting (paper Tables 1 and 2)
+  generate --model DIR --code C --prompt TEXT        control-coded generation (CTRL study)
+  attribute --model DIR TEXT                         source attribution p(code | text) (CTRL study)
 
 Every command has ``--help``.
 """
@@ -74,6 +76,9 @@ def build_parser() -> argparse.ArgumentParser:
     _add_data_command(subparsers)
     _add_study_command(subparsers)
     _add_krony_command(subparsers)
+    from lmstudy.control import cli as control_cli
+
+    control_cli.register(subparsers)
     return parser
 
 

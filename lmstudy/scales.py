@@ -28,6 +28,33 @@ PRESETS: dict[str, dict[str, dict]] = {
             max_steps=20_000, eval_every=1_000, lr=3e-4, train_tokens=0, eval_tokens=0, seed=0,
         ),
     },
+    # CTRL (Keskar et al. 2019): a control-coded GPT-2 trained from scratch on our domains
+    # (lmstudy.control). Codes: the names of lmstudy.control.codes.CODES; () = all 20.
+    "04_control_codes": {
+        # Seconds: ten codes whose documents are quick to reach, 20 short documents each, 30 steps.
+        "smoke": dict(
+            codes=["Wikipedia", "Books", "Reviews", "News", "IRC", "Questions", "Translation",
+                   "r/worldnews", "r/books", "r/television"],
+            train_docs=20, eval_docs=3, max_doc_chars=2000, mixture="uniform", vocab_size=1024,
+            n_layer=1, n_head=2, n_embd=64, seq_len=64, init_from="",
+            batch_size=8, max_steps=30, eval_every=15, lr=3e-3, warmup_steps=0, lr_schedule="constant", seed=0,
+        ),
+        # The published run and demo checkpoint: all 20 codes, up to 1,000 training documents each
+        # cut to 3,000 characters, 20 held-out documents per code; GPT-2 4x256 with an 8k BPE: 5.3M
+        # parameters, 10.6 MB in fp16. 4,000 steps x 16 x 128 = 8.2M training tokens.
+        "cpu": dict(
+            codes=[], train_docs=1000, eval_docs=20, max_doc_chars=3000, mixture="uniform", vocab_size=8192,
+            n_layer=4, n_head=4, n_embd=256, seq_len=128, init_from="",
+            batch_size=16, max_steps=4000, eval_every=500, lr=1e-3, warmup_steps=200, lr_schedule="cosine", seed=0,
+        ),
+        # The paper's recipe on a real checkpoint (a GPU box): fine-tune GPT-2 small with the codes.
+        "paper": dict(
+            codes=[], train_docs=0, eval_docs=200, max_doc_chars=0, mixture="uniform", vocab_size=0,
+            n_layer=12, n_head=12, n_embd=768, seq_len=256, init_from="gpt2",
+            batch_size=32, max_steps=20000, eval_every=1000, lr=1e-4, warmup_steps=500, lr_schedule="cosine",
+            mixed_precision="bf16", seed=0,
+        ),
+    },
 }
 
 

@@ -1,0 +1,213 @@
+"""CTRL control codes: which codes exist, where their documents come from, and how a document is
+written after its code.
+
+Keskar et al. (2019) prepend a *domain* control code (``Wikipedia``, ``Books``, ``Reviews``, one
+code per subreddit, ...) to every training sequence, and some domains carry *secondary* codes in
+the text itself (their Table 7): ``Reviews Rating: 5.0``, ``Links Title: ... Text: ...``,
+``Translation English : ... ; German : ...``, ``Questions Q: ...``. Our reading, on our corpora:
+
+- A domain code is one special token of the tokenizer, written ``<|NAME|>`` (``<|Wikipedia|>``,
+  ``<|r/worldnews|>``): ``train_bpe`` matches special tokens anywhere in the text, so the bare word
+  ``Wikipedia`` could not be a special token without breaking every sentence that mentions it.
+  Users name codes without the brackets (``--code Reviews``).
+- Secondary codes are ordinary text at the start of the document, learnt by the model like any
+  other text: ``Rating: 4.0\\n<review>``, ``Title: <title>\\nText: <body>``, ``Q: <question>``,
+  ``English: <en> ; German: <de>``.
+- Domains and their documents (held-out documents come from the committed splits of
+  ``lmstudy.data.splits`` where the domain has one, else from the corpus's official split):
+
+  ============ ============================ ============================= ===========================
+  code         documents                    secondary code                held-out part
+  ============ ============================ ============================= ===========================
+  Wikipedia    ``wikipedia`` split          --                            split valid / test
+  Books        ``books`` split (LitBank,    --                            split valid / test
+               ~2,000-word chunks)
+  Reviews      ``imdb`` split               ``Rating: r`` (r = 1.0..5.0)  split valid / test
+  News         ``news`` split (Reuters,     ``Title: ... Text: ...``      split valid / test
+               BBC)
+  IRC          ``irc`` split (Ubuntu chat)  --                            split valid / test
+  Questions    nltk ``qc`` (TREC)           ``Q: ...``                    qc ``train`` / ``test``
+                                                                          (valid = last 10% of train)
+  Translation  Multi30k en-de pairs         ``English: ... ; German: ...`` ``val`` / ``test_2016_flickr``
+  r/<sub>      ``reddit`` split, one code   ``Title: <root text> Text:    split valid / test
+               per subreddit                <replies>``
+  ============ ============================ ============================= ===========================
+
+- IMDB ratings (1-4 and 7-10 in the corpus) map to five levels as ``ceil(rating / 2)``: 1-2 -> 1.0,
+  3-4 -> 2.0, (5-6 -> 3.0, absent from IMDB), 7-8 -> 4.0, 9-10 -> 5.0. Unrated (unsup) reviews are
+  written without a ``Rating:`` line.
+- Reddit's ``extra`` file is not a subreddit and gets no code. Our copy has 13 subreddits
+  (:data:`SUBREDDITS`); the paper had many more (and ``r/AskReddit``-style codes).
+- A Reddit document is a conversation tree whose first line is its root (a submission title or a
+  comment): that line is the ``Title:``, the replies are the ``Text:``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+
+from lmstudy.data.documents import Document
+
+CODE_PREFIX, CODE_SUFFIX = "<|", "|>"
+PARTS = ("train", "valid", "test")
+
+SUBREDDITS = ("worldnews", "News", "movies", "gaming", "television", "books", "gadgets", "Sports",
+              "programming", "history", "compsci", "machinelearning", "weather")
+
+
+@dataclass(frozen=True)
+class ControlCode:
+    """One domain code: its name (what users type), its source and how its documents are written."""
+
+    name: str
+    source: str  # "split:<domain>", "qc", "multi30k"
+    secondary: str = ""  # "" | "rating" | "title_text" | "question" | "translation"
+    subreddit: str | None = None  # reddit codes: the Document label to keep
+
+    @property
+    def token(self) -> str:
+        """The special token of this code in the tokenizer, e.g. ``<|Reviews|>``."""
+        return code_token(self.name)
+
+
+def code_token(name: str) -> str:
+    return f"{CODE_PREFIX}{name}{CODE_SUFFIX}"
+
+
+def code_name(token: str) -> str:
+    """``<|Reviews|>`` -> ``Reviews`` (a bare name is returned as is)."""
+    if token.startswith(CODE_PREFIX) and token.endswith(CODE_SUFFIX):
+        return token[len(CODE_PREFIX):-len(CODE_SUFFIX)]
+    return token
+
+
+CODES: dict[str, ControlCode] = {
+    code.name: code
+    for code in [
+        ControlCode("Wikipedia", "split:wikipedia"),
+        ControlCode("Books", "split:books"),
+        ControlCode("Reviews", "split:imdb", secondary="rating"),
+        ControlCode("News", "split:news", secondary="title_text"),
+        ControlCode("IRC", "split:irc"),
+        ControlCode("Questions", "qc", secondary="question"),
+        ControlCode("Translation", "multi30k", secondary="translation"),
+        *[ControlCode(f"r/{sub}", "split:reddit", secondary="title_text", subreddit=sub) for sub in SUBREDDITS],
+    ]
+}
+
+
+def get_code(name: str, known: Iterable[str] | None = None) -> str:
+    """Check a code name (``Reviews`` or ``<|Reviews|>``) against ``known`` (default: all CODES)."""
+    name = code_name(name.strip())
+    known = list(CODES) if known is None else [code_name(k) for k in known]
+    if name not in known:
+        raise ValueError(f"unknown control code {name!r}; known codes: {', '.join(known)}")
+    return name
+
+
+# --------------------------------------------------------------------------------------------
+# formatting a document after its code
+
+
+def rating_level(rating: int) -> float:
+    """IMDB's 1..10 stars -> the paper's five levels 1.0..5.0 (``ceil(rating / 2)``)."""
+    if not 1 <= rating <= 10:
+        raise ValueError(f"an IMDB rating is 1..10, got {rating}")
+    return float(math.ceil(rating / 2))
+
+
+def format_text(code: ControlCode, document: Document) -> str:
+    """The text of ``document`` with its secondary code (what follows the domain code token)."""
+    text = document.text.strip()
+    if code.secondary == "rating":
+        rating = int(document.meta.get("rating", 0) or 0)
+        return f"Rating: {rating_level(rating):.1f}\n{text}" if rating else text
+    if code.secondary == "title_text":
+        if document.title:  # news articles have a title of their own
+            return f"Title: {document.title.strip()}\nText: {text}"
+        if code.subreddit is None:  # an untitled news article (some Reuters bodies)
+            return f"Text: {text}"
+        title, _, rest = text.partition("\n")  # reddit: the root of the conversation tree
+        return f"Title: {title}\nText: {rest}" if rest else f"Title: {title}\nText:"
+    if code.secondary == "question":
+        return f"Q: {text}"
+    if code.secondary == "translation":
+        return text  # already "English: ... ; German: ..." (see _translation_pairs)
+    return text
+
+
+def format_document(code: ControlCode, document: Document) -> str:
+    """``"<|CODE|>text"``: a document as one string. No space after the code token: the model is
+    trained on ``[code id] + ids(text)``, and encoding this string gives exactly those ids."""
+    return f"{code.token}{format_text(code, document)}"
+
+
+# --------------------------------------------------------------------------------------------
+# documents of a code, per part
+
+
+def _translation_pairs(split: str, limit: int | None) -> Iterator[Document]:
+    from lmstudy.data import iter_documents
+
+    english = {d.meta["line"]: d.text for d in iter_documents("multi30k", split=split, languages="en", limit=limit)}
+    for document in iter_documents("multi30k", split=split, languages="de", limit=limit):
+        line = document.meta["line"]
+        if line in english:
+            yield Document(f"{split}.en-de-{line:05d}", f"English: {english[line]} ; German: {document.text}",
+                           "translation", "en-de", None, {"split": split, "line": line})
+
+
+def _qc_questions(part: str, limit: int | None) -> Iterator[Document]:
+    from lmstudy.data import iter_documents
+
+    if part == "test":
+        questions = [d for d in iter_documents("nltk_data", corpora="qc") if d.meta["split"] == "test"]
+    else:
+        # qc has train (5,452) and test (500) only: its last 10% of train is our valid part.
+        train = [d for d in iter_documents("nltk_data", corpora="qc") if d.meta["split"] == "train"]
+        cut = len(train) - len(train) // 10
+        questions = train[:cut] if part == "train" else train[cut:]
+    yield from questions[:limit] if limit is not None else questions
+
+
+MULTI30K_PART = {"train": "train", "valid": "val", "test": "test_2016_flickr"}
+
+
+def code_documents(name: str, part: str, limit: int | None = None) -> Iterator[Document]:
+    """The documents of control code ``name`` in ``part`` (train / valid / test), at most ``limit``."""
+    from lmstudy.data.splits import split_documents
+
+    code = CODES[get_code(name)]
+    if part not in PARTS:
+        raise ValueError(f"part {part!r} is not one of {PARTS}")
+    if code.source == "qc":
+        yield from _qc_questions(part, limit)
+        return
+    if code.source == "multi30k":
+        yield from _translation_pairs(MULTI30K_PART[part], limit)
+        return
+    domain = code.source.split(":", 1)[1]
+    if code.subreddit is None:
+        yield from split_documents(domain, part, limit=limit)
+        return
+    # One subreddit of the reddit split: the split streams every subreddit, so filter (this reads
+    # the reddit archive up to the subreddit's last file).
+    count = 0
+    for document in split_documents(domain, part):
+        if limit is not None and count >= limit:
+            return
+        if document.label == code.subreddit:
+            count += 1
+            yield document
+
+
+def code_texts(name: str, part: str, limit: int | None = None) -> list[str]:
+    """The formatted texts (secondary code included, domain code token excluded) of a code's part."""
+    code = CODES[get_code(name)]
+    return [format_text(code, document) for document in code_documents(name, part, limit)]
+
+
+__all__ = ["CODES", "ControlCode", "SUBREDDITS", "code_documents", "code_name", "code_texts", "code_token",
+           "format_document", "format_text", "get_code", "rating_level"]

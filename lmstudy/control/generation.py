@@ -1,0 +1,158 @@
+"""Batched multi-code generation: one prompt, K control codes, one batch, one KV cache.
+
+Row k of the batch is ``[code_k] + ids(prompt)``, left-padded to a common length (attention mask 0
+on the padding, position ids counted from each row's first real token, so a row's output does not
+depend on the other rows). One forward pass over the whole batch per new token, reusing the KV
+cache of the previous steps.
+
+Why a loop of our own rather than ``model.generate``: a side-by-side comparison should be
+reproducible per column and fair across columns. ``generate`` draws every row's sample from one
+global RNG stream, so the text of column k changes when columns are added, removed or reordered.
+Here column k samples with its own ``torch.Generator`` (CPU, seeded with ``seeds[k]``; by default
+every column gets the same ``seed``: common random numbers, so two columns differ because of
+their codes, not their luck). The sampling rules are the same ``LogitsProcessor``s that
+``generate`` takes (``sampling.build_processors``), applied to each row's own unpadded tokens, so
+the repetition penalties never see padding. With ``greedy`` this loop gives ``generate``'s greedy
+output (tested).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+
+from lmstudy.control.codes import code_name
+from lmstudy.control.data import code_id
+from lmstudy.control.sampling import SamplingConfig, build_processors, next_token
+
+
+@dataclass
+class Generation:
+    code: str
+    prompt: str
+    text: str  # the continuation only
+    token_ids: list[int]  # the continuation's ids
+    seed: int
+
+
+def tokenizer_codes(tokenizer) -> list[str]:
+    """The control codes a tokenizer knows (its ``<|NAME|>`` special tokens, eos excluded)."""
+    added = sorted(tokenizer.get_added_vocab().items(), key=lambda item: item[1])  # (token, id), by id
+    return [code_name(token) for token, _ in added
+            if token.startswith("<|") and token.endswith("|>") and token != tokenizer.eos_token]
+
+
+def _check_inputs(tokenizer, prompt: str, codes: Sequence[str]) -> list[int]:
+    if not isinstance(prompt, str) or not prompt.strip():
+        raise ValueError("the prompt is empty: give some text for the model to continue")
+    if not codes:
+        raise ValueError("no control codes given: name at least one")
+    known = tokenizer_codes(tokenizer)
+    unknown = [code for code in codes if code_name(code) not in known]
+    if unknown:
+        raise ValueError(f"unknown control code(s) {', '.join(map(repr, unknown))}; "
+                         f"this model knows: {', '.join(known)}")
+    return [code_id(tokenizer, code_name(code)) for code in codes]
+
+
+@torch.no_grad()
+def generate_rows(
+    model,
+    rows: Sequence[Sequence[int]],
+    sampling: SamplingConfig,
+    max_new_tokens: int,
+    seeds: Sequence[int],
+    eos_token_id: int,
+    tokenizer=None,
+    stop_at_eos: bool = True,
+) -> list[list[int]]:
+    """Continue each row of token ids (rows may differ in length) in one left-padded batch with a
+    KV cache; row k samples with a CPU generator seeded ``seeds[k]``. Returns the new ids per row
+    (without the final eos). ``tokenizer``: only for ``sampling.exempt_newlines``."""
+    if not rows or any(len(row) == 0 for row in rows):
+        raise ValueError("every row needs at least one token")
+    if len(seeds) != len(rows):
+        raise ValueError(f"{len(seeds)} seeds for {len(rows)} rows")
+    longest = max(len(row) for row in rows)
+    limit = getattr(model.config, "n_positions", None) or getattr(model.config, "max_position_embeddings", None)
+    if limit is not None:
+        if longest >= limit:
+            raise ValueError(f"the input is {longest} tokens (code included); this model reads at most {limit - 1}")
+        max_new_tokens = min(max_new_tokens, limit - longest)
+
+    device = next(model.parameters()).device
+    batch = len(rows)
+    # Left padding: every row ends at the same position, so one new column per step serves all.
+    # (The padding token is never attended to; eos is as good as any.)
+    input_ids = torch.tensor([[eos_token_id] * (longest - len(row)) + list(row) for row in rows], device=device)
+    attention_mask = torch.tensor([[0] * (longest - len(row)) + [1] * len(row) for row in rows], device=device)
+    position_ids = (attention_mask.cumsum(-1) - 1).clamp(min=0)  # (K, L): 0 at each row's first real token
+    processors = build_processors(sampling, tokenizer, prompt_length=0)
+    generators = [torch.Generator().manual_seed(int(s)) for s in seeds]
+
+    was_training = model.training
+    model.eval()
+    sequences = [list(row) for row in rows]  # each row's real tokens so far
+    finished = [False] * batch
+    out = model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids, use_cache=True)
+    past, logits = out.past_key_values, out.logits[:, -1, :]  # (K, V)
+    for _ in range(max_new_tokens):
+        new = []
+        for k in range(batch):
+            if finished[k]:
+                new.append(eos_token_id)
+                continue
+            seen = torch.tensor([sequences[k]], dtype=torch.long, device=device)  # (1, t): no padding
+            scores = processors(seen, logits[k : k + 1].float())  # (1, V)
+            token = int(next_token(scores, sampling, None if sampling.greedy else generators[k]))
+            sequences[k].append(token)
+            new.append(token)
+            finished[k] = stop_at_eos and token == eos_token_id
+        if all(finished):
+            break
+        step = torch.tensor(new, dtype=torch.long, device=device).unsqueeze(1)  # (K, 1)
+        attention_mask = torch.cat([attention_mask, attention_mask.new_ones(batch, 1)], dim=1)  # (K, L+t)
+        position_ids = position_ids[:, -1:] + 1  # (K, 1)
+        out = model(input_ids=step, attention_mask=attention_mask, position_ids=position_ids,
+                    past_key_values=past, use_cache=True)
+        past, logits = out.past_key_values, out.logits[:, -1, :]
+    model.train(was_training)
+
+    continuations = []
+    for k, row in enumerate(rows):
+        continuation = sequences[k][len(row):]
+        if stop_at_eos and continuation and continuation[-1] == eos_token_id:
+            continuation = continuation[:-1]
+        continuations.append(continuation)
+    return continuations
+
+
+def generate_codes(
+    model,
+    tokenizer,
+    prompt: str,
+    codes: Sequence[str],
+    sampling: SamplingConfig = SamplingConfig(),
+    max_new_tokens: int = 50,
+    seed: int = 0,
+    seeds: Sequence[int] | None = None,
+    stop_at_eos: bool = True,
+) -> list[Generation]:
+    """Continue ``prompt`` under each of ``codes`` in one batch; one :class:`Generation` per code."""
+    ids_of_codes = _check_inputs(tokenizer, prompt, codes)
+    seeds = [seed] * len(codes) if seeds is None else list(seeds)
+    if len(seeds) != len(codes):
+        raise ValueError(f"{len(seeds)} seeds for {len(codes)} codes")
+    prompt_ids = tokenizer(prompt, add_special_tokens=False)["input_ids"]
+    # Our codes are one token each, so these rows are equally long; generate_rows pads anyway
+    # (codes of several tokens in a fine-tuned checkpoint, or one prompt per column).
+    rows = [[cid] + prompt_ids for cid in ids_of_codes]
+    continuations = generate_rows(model, rows, sampling, max_new_tokens, seeds, tokenizer.eos_token_id,
+                                  tokenizer, stop_at_eos)
+    return [Generation(code_name(code), prompt, tokenizer.decode(ids), ids, seeds[k])
+            for k, (code, ids) in enumerate(zip(codes, continuations))]
+
+
+__all__ = ["Generation", "generate_codes", "generate_rows", "tokenizer_codes"]
