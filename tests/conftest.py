@@ -34,3 +34,30 @@ def require_corpus(name: str) -> None:
     if IN_CI:
         pytest.fail(message)
     pytest.skip(message)
+
+
+def pytest_collection_modifyitems(config, items):
+    """nbval notebook cells: apply the same rule to the corpora a notebook declares it needs.
+
+    A notebook lists them in its metadata, ``{"lmstudy": {"corpora": ["ptb"]}}``.
+    """
+    import json
+    from pathlib import Path
+
+    from lmstudy.data.catalogue import corpus_present
+
+    missing_by_notebook: dict[Path, list[str]] = {}
+    for item in items:
+        path = Path(str(item.fspath))
+        if path.suffix != ".ipynb":
+            continue
+        if path not in missing_by_notebook:
+            metadata = json.loads(path.read_text(encoding="utf-8")).get("metadata", {})
+            needed = metadata.get("lmstudy", {}).get("corpora", [])
+            missing_by_notebook[path] = [name for name in needed if not corpus_present(name)]
+        missing = missing_by_notebook[path]
+        if missing and not IN_CI:
+            item.add_marker(pytest.mark.skip(
+                reason=f"{path.name} needs corpora {', '.join(missing)} (fetch with: "
+                       f"python -m lmstudy data fetch NAME)"))
+        # In CI the notebook runs and fails on the missing corpus with the reader's own clear error.
