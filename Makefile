@@ -9,6 +9,8 @@ PY := $(VENV)/bin/python
 # A plain `pip install torch` pulls a multi-GB CUDA build; 2.13.0 is what we test with (CPU wheel here).
 TORCH_SPEC ?= torch==2.13.0
 STAMP := $(VENV)/.lmstudy-installed
+# JupyterLab refuses to run as root (containers) unless told to.
+LAB_FLAGS ?= $(if $(filter 0,$(shell id -u)),--allow-root,)
 export MPLBACKEND ?= agg
 
 .PHONY: setup demo test lab bench data-verify clean-venv
@@ -29,7 +31,7 @@ test: setup
 
 lab: setup
 	$(PY) -m ipykernel install --sys-prefix --name lmstudy --display-name "Python (lmstudy)"
-	cd notebooks && ../$(PY) -m jupyter lab
+	cd notebooks && ../$(PY) -m jupyter lab $(LAB_FLAGS)
 
 bench: setup
 	for script in benchmarks/bench_*.py; do $(PY) $$script || exit 1; done
