@@ -55,6 +55,30 @@ PRESETS: dict[str, dict[str, dict]] = {
             mixed_precision="bf16", seed=0,
         ),
     },
+    # Welch et al. 2020: AWD-LSTM embedding initialisation (lmstudy.studies.embedding_init).
+    "01_embedding_init": {
+        # Seconds on a slice of PTB: tiny model, a handful of steps, vectors from 2,000 sentences.
+        "smoke": dict(
+            emb_size=16, hidden_size=32, n_layers=2, batch_size=8, bptt=20, eval_batch_size=4, test_batch_size=4, lr=10.0,
+            max_epochs=2, max_steps=24, evals_per_epoch=2, nonmono=1, train_tokens=8_000, eval_tokens=1_000,
+            vector_epochs=1, pretrain_sentences=2_000,
+        ),
+        # Proposed published scale, sized so that Table 1 (20 configs x Std/Rare) plus two more seeds of the
+        # six Section 3 configs (~52 runs) fit ~4 hours on the 2-core machine (see the report): 2 layers,
+        # 64-d embeddings, the first ~200k training tokens (the low-data regime where in-domain vectors
+        # matter most), 2 epochs, valid/test cut to ~20k tokens.
+        "cpu": dict(
+            emb_size=64, hidden_size=256, n_layers=2, batch_size=20, bptt=35, eval_batch_size=10, test_batch_size=10,
+            lr=30.0,
+            max_epochs=2, evals_per_epoch=3, nonmono=2, train_tokens=200_000, eval_tokens=20_000,
+        ),
+        # The paper: awd-lstm-lm's PTB recipe (3 x 1150, 400-d embeddings, Welch's Baseline column).
+        "paper": dict(
+            emb_size=400, hidden_size=1150, n_layers=3, dropout=0.4, dropouth=0.25, dropouti=0.4,
+            dropoute=0.1, wdrop=0.5, batch_size=20, bptt=70, eval_batch_size=10, test_batch_size=1, lr=30.0,
+            weight_decay=1.2e-6, grad_clip=0.25, alpha=2.0, beta=1.0, nonmono=5, max_epochs=500,
+        ),
+    },
 }
 
 

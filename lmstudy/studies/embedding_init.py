@@ -1,0 +1,212 @@
+"""01_embedding_init (Welch et al. 2020): one AWD-LSTM run per (embedding configuration, data setting, seed).
+
+``run(config)`` is the unit of the study: it builds the vocabulary of the domain's training split,
+fetches (training on first use) the in-domain pretrained vectors when the embedding configuration
+needs them, builds an ``AWDLSTM`` set up as the configuration says, trains it with the shared loop
+(``AWDLSTMTask``: variable BPTT, AR/TAR, NT-ASGD) into a cached run, and returns the metrics:
+final validation and test perplexity (both with the same final ASGD-averaged weights), the best
+validation perplexity seen, wall time, parameter counts and, for pretrained configurations, the
+coverage of the validation text by the pretrained vectors.
+
+Data settings (Table 1): *Std* is Mikolov's PTB (already UNK'd; its vocabulary is its own 10k words,
+so ``unk_cutoff=0`` adds nothing). *Rare* needs PTB without UNK replacement, which we do not have
+(no raw WSJ): it is built the paper's way on another domain, ``unk_cutoff=0`` = no replacement, with
+the valid/test word types given embedding rows (``Vocab.build(..., extra_words=...)``) so that rare
+evaluation words can benefit from pretrained vectors. ``DATA_SETTINGS`` names the two.
+
+Test perplexity uses the final averaged weights, not the loop's ``best/`` weights: the loop saves the
+model's *current* weights at the best evaluation, while under ASGD the evaluated weights are the
+averages (see the report to the lead: a ``TrainTask`` hook for the weights to save would fix this).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import asdict, dataclass
+
+import torch
+
+from lmstudy.data.splits import get_domain, split_tokens
+from lmstudy.embeddings import PretrainConfig, align_to_vocab, coverage, load_glove, pretrained_vectors
+from lmstudy.models.awd_lstm import AWDLSTM, AWDLSTMConfig, AWDLSTMTask, averaged_weights, carried_state_loss
+from lmstudy.models.embedding_config import ALL_CONFIGS, EmbeddingConfig, apply_embedding_config
+from lmstudy.runs import cached
+from lmstudy.scales import preset
+from lmstudy.text import Vocab
+from lmstudy.training import TrainConfig, train
+
+STUDY = "01_embedding_init"
+
+# Table 1's two data settings (see the module docstring for Rare).
+DATA_SETTINGS: dict[str, dict] = {
+    "Std": dict(domain="ptb", unk_cutoff=0),
+    "Rare": dict(domain="news", unk_cutoff=0),
+}
+
+
+@dataclass(frozen=True)
+class EmbeddingInitConfig:
+    """Everything one run depends on (its hash is the run-cache key)."""
+
+    embedding: str  # an EmbeddingConfig name, e.g. "untied/in=pretrained,frozen/out=random,trainable"
+    domain: str = "ptb"
+    unk_cutoff: int = 0  # K of Welch Table 3; 0 = no UNK replacement (valid/test types get rows)
+    # model (awd-lstm-lm PTB defaults = Welch's "Baseline" column)
+    emb_size: int = 400
+    hidden_size: int = 1150
+    n_layers: int = 3
+    dropout: float = 0.4
+    dropouth: float = 0.25
+    dropouti: float = 0.4
+    dropoute: float = 0.1
+    wdrop: float = 0.5
+    # training
+    batch_size: int = 20  # awd-lstm-lm's PTB command (80 is its WikiText-2 setting)
+    bptt: int = 70
+    eval_batch_size: int = 10
+    test_batch_size: int = 1
+    lr: float = 30.0
+    weight_decay: float = 1.2e-6
+    grad_clip: float = 0.25
+    alpha: float = 2.0
+    beta: float = 1.0
+    nonmono: int = 5
+    max_epochs: int = 500
+    max_steps: int = 0  # 0: no step limit
+    evals_per_epoch: int = 1
+    patience: int = 0  # evaluations without improvement before stopping; 0: never stop early
+    train_tokens: int = 0  # first whole sentences holding N tokens of train; 0 = all
+    eval_tokens: int = 0  # the same for valid and test
+    # pretrained vectors
+    vector_method: str = "word2vec"
+    vector_epochs: int = 5
+    pretrain_sentences: int = 0  # 0 = the whole pretraining split
+    seed: int = 0
+
+
+def make_config(embedding: str | EmbeddingConfig, scale: str, setting: str = "Std", **overrides) -> EmbeddingInitConfig:
+    """The run config of ``embedding`` at ``scale`` on a Table 1 data ``setting`` ("Std" | "Rare")."""
+    name = embedding.name if isinstance(embedding, EmbeddingConfig) else EmbeddingConfig.from_name(embedding).name
+    return EmbeddingInitConfig(embedding=name, **{**preset(STUDY, scale), **DATA_SETTINGS[setting], **overrides})
+
+
+@dataclass
+class LMData:
+    vocab: Vocab
+    train: torch.Tensor  # (L,) ids, <eos> after every sentence
+    valid: torch.Tensor
+    test: torch.Tensor
+    valid_sentences: list[list[str]]
+
+
+def first_tokens(sentences: list[list[str]], tokens: int) -> list[list[str]]:
+    """The first whole sentences holding at least ``tokens`` tokens (``<eos>`` included); all for 0."""
+    if not tokens:
+        return sentences
+    total = 0
+    for index, sentence in enumerate(sentences):
+        total += len(sentence) + 1
+        if total >= tokens:
+            return sentences[: index + 1]
+    return sentences
+
+
+def load_data(domain: str, unk_cutoff: int, train_tokens: int = 0, eval_tokens: int = 0) -> LMData:
+    """The domain's train/valid/test as id streams over a vocabulary with UNK cutoff ``unk_cutoff``.
+
+    With ``train_tokens`` / ``eval_tokens`` the parts are cut to their first whole sentences first, and
+    the vocabulary is that of the cut training text (it is the LM's training set), plus with K = 0 the
+    word types of the cut valid and test text.
+    """
+    sentences = {part: first_tokens(split_tokens(domain, part), train_tokens if part == "train" else eval_tokens)
+                 for part in ("train", "valid", "test")}
+    counts: dict[str, int] = {}
+    for sentence in sentences["train"]:
+        for word in sentence:
+            counts[word] = counts.get(word, 0) + 1
+    extra = {w for part in ("valid", "test") for s in sentences[part] for w in s} if unk_cutoff == 0 else ()
+    vocab = Vocab.build(counts, min_count=unk_cutoff, extra_words=extra)
+
+    def stream(part: str) -> torch.Tensor:
+        return torch.tensor(vocab.encode_sentences(sentences[part]), dtype=torch.long)
+
+    return LMData(vocab, stream("train"), stream("valid"), stream("test"), sentences["valid"])
+
+
+def build_model(config: EmbeddingInitConfig, data: LMData) -> tuple[AWDLSTM, dict]:
+    """The AWD-LSTM of ``config``, embeddings set up; also returns pretrained-vector facts (coverage)."""
+    embedding = EmbeddingConfig.from_name(config.embedding)
+    torch.manual_seed(config.seed)
+    model = AWDLSTM(AWDLSTMConfig(
+        vocab_size=len(data.vocab), emb_size=config.emb_size, hidden_size=config.hidden_size,
+        n_layers=config.n_layers, dropout=config.dropout, dropouth=config.dropouth,
+        dropouti=config.dropouti, dropoute=config.dropoute, wdrop=config.wdrop, tie_weights=embedding.tied,
+    ))
+    facts: dict = {}
+    vectors = found = None
+    if embedding.uses_pretrained:
+        # PTB's pretraining part is another domain's (news): name that one, so both share the vectors.
+        pretrain_domain = get_domain(config.domain).pretrain_from or config.domain
+        path = pretrained_vectors(PretrainConfig(
+            domain=pretrain_domain, vector_size=config.emb_size, method=config.vector_method,
+            epochs=config.vector_epochs, max_sentences=config.pretrain_sentences, seed=config.seed))
+        words, array = load_glove(path)
+        vectors, found = align_to_vocab(data.vocab, words, array)
+        cov = coverage(data.valid_sentences, words)
+        facts = {"valid_type_coverage_pct": cov.type_pct, "valid_token_coverage_pct": cov.token_pct,
+                 "vocab_rows_pretrained": int(found.sum()), "pretrained_words": len(words)}
+    apply_embedding_config(model, embedding, vectors, found)
+    return model, facts
+
+
+def run(config: EmbeddingInitConfig) -> dict:
+    """Train (or fetch from the run cache) one configuration; returns its metrics."""
+    data = load_data(config.domain, config.unk_cutoff, config.train_tokens, config.eval_tokens)
+
+    def train_and_test(run_) -> dict:
+        model, facts = build_model(config, data)
+        task = AWDLSTMTask(data.train, data.valid, batch_size=config.batch_size, bptt=config.bptt,
+                           eval_batch_size=config.eval_batch_size, alpha=config.alpha, beta=config.beta,
+                           nonmono=config.nonmono, seed=config.seed)
+        eval_every = max(1, task.steps_per_epoch // config.evals_per_epoch)
+        train_config = TrainConfig(
+            max_epochs=config.max_epochs, max_steps=config.max_steps or None, optimizer="sgd", lr=config.lr,
+            weight_decay=config.weight_decay, grad_clip=config.grad_clip, eval_every=eval_every,
+            checkpoint_every=eval_every, early_stopping_patience=config.patience or None,
+            seed=config.seed, log_every=max(1, eval_every // 5),
+        )
+        start = time.perf_counter()
+        metrics = train(model, task, train_config, run_)
+        metrics["train_wall_s"] = time.perf_counter() - start  # this session only when a run resumed
+        # Test with the weights the final validation loss was computed with (ASGD averages, if switched).
+        with averaged_weights(model, task.optimizer):
+            metrics["test_loss"] = carried_state_loss(model, data.test, config.test_batch_size, config.bptt)
+        metrics["test_ppl"] = math.exp(metrics["test_loss"])
+        # The step of the first evaluation made with ASGD's averages (None: never switched).
+        switched = [r["step"] for r in run_history(run_) if r.get("averaged")]
+        metrics["asgd_from_step"] = switched[0] if switched else None
+        metrics["parameters"] = sum(p.numel() for p in model.parameters())
+        metrics["trainable_parameters"] = sum(p.numel() for p in model.parameters() if p.requires_grad)
+        metrics["vocab_size"] = len(data.vocab)
+        metrics.update(facts)
+        return metrics
+
+    return cached(STUDY, asdict(config), train_and_test)
+
+
+def run_history(run_) -> list[dict]:
+    """The evaluation records of a run's log."""
+    from lmstudy.runs import read_log_records
+
+    return [r for r in read_log_records(run_.log_path) if r.get("kind") == "eval"]
+
+
+def table1_configs(scale: str, seeds: tuple[int, ...] = (0,)) -> list[EmbeddingInitConfig]:
+    """Table 1's grid: the 20 configurations x Std/Rare (x seeds)."""
+    return [make_config(embedding, scale, setting, seed=seed)
+            for setting in DATA_SETTINGS for embedding in ALL_CONFIGS for seed in seeds]
+
+
+__all__ = ["DATA_SETTINGS", "STUDY", "EmbeddingInitConfig", "LMData", "build_model",
+           "first_tokens", "load_data", "make_config", "run", "run_history", "table1_configs"]

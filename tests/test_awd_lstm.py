@@ -1,0 +1,295 @@
+"""AWD-LSTM: weight drop, the 20 embedding configurations, the stateful task and NT-ASGD."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from lmstudy.models.awd_lstm import (AWDLSTM, AWDLSTMConfig, AWDLSTMTask, averaged_weights,
+                                     carried_state_loss, embedding_dropout, locked_dropout)
+from lmstudy.models.embedding_config import ALL_CONFIGS, SECTION3_CONFIGS, EmbeddingConfig, apply_embedding_config
+from lmstudy.runs import get_run, read_log_records
+from lmstudy.training import TrainConfig, build_optimizer, latest_checkpoint, train
+
+VOCAB, EMB = 40, 6
+
+
+@pytest.fixture(autouse=True)
+def runs_in_tmp(tmp_path, monkeypatch):
+    monkeypatch.setenv("LMSTUDY_RUNS", str(tmp_path / "runs"))
+    torch.set_num_threads(1)
+
+
+def tiny(tied: bool = False, **overrides) -> AWDLSTM:
+    torch.manual_seed(0)
+    config = dict(vocab_size=VOCAB, emb_size=EMB, hidden_size=10, n_layers=2, tie_weights=tied)
+    return AWDLSTM(AWDLSTMConfig(**{**config, **overrides}))
+
+
+def pretrained_fixture() -> tuple[torch.Tensor, torch.Tensor]:
+    generator = torch.Generator().manual_seed(3)
+    vectors = torch.randn(VOCAB, EMB, generator=generator)
+    found = torch.arange(VOCAB) % 3 != 0  # every third word has no pretrained vector
+    return vectors, found
+
+
+# --- configurations ----------------------------------------------------------------------------
+
+
+def test_there_are_20_configurations_with_unique_names_that_round_trip():
+    assert len(ALL_CONFIGS) == 20
+    assert sum(c.tied for c in ALL_CONFIGS) == 4
+    names = [c.name for c in ALL_CONFIGS]
+    assert len(set(names)) == 20
+    assert "untied/in=pretrained,frozen/out=pretrained,trainable" in names
+    assert "tied/random,trainable" in names
+    assert all(EmbeddingConfig.from_name(n) == c for n, c in zip(names, ALL_CONFIGS))
+    assert set(SECTION3_CONFIGS) <= set(ALL_CONFIGS) and len(set(SECTION3_CONFIGS)) == 6
+    with pytest.raises(ValueError):
+        EmbeddingConfig(True, "random", True, "pretrained", True)  # tied = one matrix
+    with pytest.raises(ValueError):
+        EmbeddingConfig.from_name("untied/in=random,frozen")
+
+
+@pytest.mark.parametrize("config", ALL_CONFIGS, ids=lambda c: c.name)
+def test_every_configuration_builds_loads_freezes_and_trains_one_step(config):
+    vectors, found = pretrained_fixture()
+    reference = tiny(config.tied)  # the same seed: its rows are the "random init" of the model below
+    model = tiny(config.tied)
+    apply_embedding_config(model, config, vectors, found)
+
+    # Step 0: pretrained sides hold the loaded vectors where found, the random init elsewhere.
+    sides = [("encoder", config.input_init, config.input_frozen)]
+    if not config.tied:
+        sides.append(("decoder", config.output_init, config.output_frozen))
+    for name, init, _ in sides:
+        weight, random_init = getattr(model, name).weight, getattr(reference, name).weight
+        if init == "pretrained":
+            assert torch.equal(weight[found], vectors[found])
+            assert torch.equal(weight[~found], random_init[~found])
+        else:
+            assert torch.equal(weight, random_init)
+    if config.tied:
+        assert model.decoder.weight is model.encoder.weight
+        assert model.decoder.weight.data_ptr() == model.encoder.weight.data_ptr()
+
+    before = {name: p.detach().clone() for name, p in model.named_parameters()}
+    optimizer = build_optimizer(model, TrainConfig(max_steps=1, optimizer="sgd", lr=1.0))
+    in_optimizer = {id(p) for group in optimizer.param_groups for p in group["params"]}
+    x = torch.randint(0, VOCAB, (3, 8))
+    out = model(x)
+    F.cross_entropy(out.logits.reshape(-1, VOCAB), x.roll(-1, 1).reshape(-1)).backward()
+    optimizer.step()
+
+    frozen = {"encoder.weight": config.input_frozen}
+    if not config.tied:
+        frozen["decoder.weight"] = config.output_frozen
+    for name, parameter in model.named_parameters():
+        is_frozen = frozen.get(name, False)
+        assert parameter.requires_grad is not is_frozen, name
+        assert (id(parameter) in in_optimizer) is not is_frozen, name
+        if is_frozen:
+            assert parameter.grad is None, name
+            assert torch.equal(parameter, before[name]), name
+        else:
+            assert parameter.grad is not None and parameter.grad.abs().sum() > 0, name
+            assert not torch.equal(parameter, before[name]), name
+    assert model.decoder.bias.requires_grad  # trainable bias, also when the output matrix is frozen
+    if config.tied:
+        assert model.decoder.weight.data_ptr() == model.encoder.weight.data_ptr()
+
+
+def test_configuration_must_match_the_model_tying_and_needs_vectors():
+    with pytest.raises(ValueError, match="tie_weights"):
+        apply_embedding_config(tiny(tied=False), EmbeddingConfig.from_name("tied/random,trainable"))
+    with pytest.raises(ValueError, match="pretrained vectors"):
+        apply_embedding_config(tiny(), EmbeddingConfig.from_name(
+            "untied/in=pretrained,frozen/out=random,trainable"))
+
+
+# --- regularisation ------------------------------------------------------------------------------
+
+
+def test_weight_drop_is_active_in_training_and_off_in_eval():
+    model = tiny(dropout=0.0, dropouth=0.0, dropouti=0.0, dropoute=0.0, wdrop=0.5)
+    x = torch.randint(0, VOCAB, (2, 9))
+    raw = [rnn.lstm.weight_hh_l0.detach().clone() for rnn in model.rnns]
+    model.train()
+    first, second = model(x).logits, model(x).logits
+    assert not torch.allclose(first, second)  # a fresh DropConnect mask each call
+    first.sum().backward()
+    assert all(rnn.lstm.weight_hh_l0.grad.abs().sum() > 0 for rnn in model.rnns)  # through the mask
+    assert all(torch.equal(rnn.lstm.weight_hh_l0, w) for rnn, w in zip(model.rnns, raw))  # never modified
+    model.eval()
+    assert torch.equal(model(x).logits, model(x).logits)
+    # In eval the LSTM runs with its own weights: the same as the model with weight drop switched off.
+    no_drop = tiny(dropout=0.0, dropouth=0.0, dropouti=0.0, dropoute=0.0, wdrop=0.0)
+    no_drop.eval()
+    assert torch.allclose(model(x).logits, no_drop(x).logits)
+    no_drop.train()  # and with no dropout of any kind, training mode is deterministic
+    assert torch.allclose(no_drop(x).logits, model(x).logits, atol=1e-6)
+
+
+def test_locked_and_embedding_dropout_masks():
+    x = torch.ones(4, 7, 5)
+    y = locked_dropout(x, 0.5, training=True)
+    assert torch.equal(y, y[:, :1].expand_as(y))  # one mask per sequence, shared over time
+    assert set(y.unique().tolist()) <= {0.0, 2.0}
+    assert torch.equal(locked_dropout(x, 0.5, training=False), x)
+    w = torch.ones(50, 3)
+    dropped = embedding_dropout(w, 0.5, training=True)
+    assert all(len(set(row.tolist())) == 1 for row in dropped)  # whole rows (word types) dropped
+    assert 0 < (dropped[:, 0] == 0).sum() < 50
+
+
+# --- the task -------------------------------------------------------------------------------------
+
+
+def stream(length: int, seed: int) -> torch.Tensor:
+    # A learnable pattern: a mostly repeating sequence of 10 symbols with some noise.
+    generator = torch.Generator().manual_seed(seed)
+    ids = torch.arange(length) % 10
+    noise = torch.rand(length, generator=generator) < 0.1
+    return torch.where(noise, torch.randint(0, VOCAB, (length,), generator=generator), ids)
+
+
+def test_variable_bptt_batches_are_contiguous_deterministic_and_vary():
+    task = AWDLSTMTask(stream(2000, 0), stream(200, 1), batch_size=4, bptt=12, eval_batch_size=2, seed=1)
+    windows = list(task.batches(0))
+    lengths = [x.size(1) for x, _ in windows]
+    assert len(set(lengths)) > 2 and min(lengths) >= 5 and max(lengths) <= 12 + 40
+    rebuilt = torch.cat([x for x, _ in windows], dim=1)
+    assert torch.equal(rebuilt, task.train_data[:, : rebuilt.size(1)])  # contiguous, no gaps
+    assert rebuilt.size(1) >= task.train_data.size(1) - 2
+    for (x, y), (x2, _) in zip(windows, list(task.batches(0))):
+        assert torch.equal(x, x2)
+        assert torch.equal(y[:, :-1], x[:, 1:])
+    assert [x.size(1) for x, _ in task.batches(1)] != lengths  # another epoch, other draws
+
+
+def test_loss_adds_ar_and_tar_and_carries_a_detached_state():
+    task = AWDLSTMTask(stream(600, 0), stream(200, 1), batch_size=4, bptt=10, eval_batch_size=2,
+                       alpha=2.0, beta=1.0)
+    model = tiny()
+    batch = next(iter(task.batches(0)))
+    torch.manual_seed(5)
+    loss, extras, carry = task.loss(model, batch, None)
+    assert extras["ar"] > 0 and extras["tar"] > 0
+    assert torch.allclose(loss.detach(), extras["ce"] + extras["ar"] + extras["tar"])
+    assert len(carry) == 2 and all(not h.requires_grad and not c.requires_grad for h, c in carry)
+    assert carry[0][0].shape == (1, 4, 10) and carry[1][0].shape == (1, 4, EMB)
+    _, extras_no_reg, _ = AWDLSTMTask(stream(600, 0), stream(200, 1), batch_size=4, bptt=10,
+                                      alpha=0.0, beta=0.0).loss(model, batch, carry)
+    assert extras_no_reg["ar"] == 0 and extras_no_reg["tar"] == 0
+
+
+def test_carried_state_loss_differs_from_resetting_the_state():
+    model = tiny()
+    model.eval()
+    ids = stream(400, 2)
+    carried = carried_state_loss(model, ids, batch_size=2, bptt=10)
+    # Resetting the hidden state at every window gives another (and for a trained RNN worse) loss.
+    data = ids[: (ids.numel() // 2) * 2].view(2, -1)
+    total, count = 0.0, 0
+    with torch.no_grad():
+        for start in range(0, data.size(1) - 1, 10):
+            x, y = data[:, start:start + 10], data[:, start + 1:start + 11]
+            x = x[:, : y.size(1)]
+            logits = model(x).logits
+            total += F.cross_entropy(logits.reshape(-1, VOCAB), y.reshape(-1), reduction="sum").item()
+            count += y.numel()
+    assert carried != pytest.approx(total / count, rel=1e-6)
+    assert 0 < carried < 2 * torch.log(torch.tensor(float(VOCAB))).item()
+
+
+def test_nt_asgd_rule_reads_the_history():
+    task = AWDLSTMTask(stream(600, 0), stream(200, 1), batch_size=4, bptt=10, nonmono=2)
+    model = tiny()
+    sgd = build_optimizer(model, TrainConfig(max_steps=1, optimizer="sgd", lr=5.0, weight_decay=0.1))
+    for group in sgd.param_groups:
+        group["initial_lr"] = group["lr"]
+
+    class State:
+        history = []
+
+    def decide(losses):
+        State.history = [{"step": i, "val_loss": v} for i, v in enumerate(losses)]
+        return task.on_eval(State, State.history[-1], sgd)
+
+    assert decide([5.0, 4.0, 3.0, 2.9]) is None  # still improving
+    assert decide([5.0, 4.0, 4.5]) is None  # too few evaluations (needs more than nonmono before)
+    assert decide([5.0, 4.0, 3.0, 3.5, 3.4]) is None  # worse than recent, better than min(5.0, 4.0)
+    switched = decide([5.0, 3.0, 3.5, 3.4, 3.6])  # not better than the best before the last two
+    assert isinstance(switched, torch.optim.ASGD)
+    assert switched.param_groups[0]["lr"] == 5.0
+    assert [g["weight_decay"] for g in switched.param_groups] == [g["weight_decay"] for g in sgd.param_groups]
+    assert task.on_eval(State, {}, switched) is None  # already averaging
+
+
+def test_a_stalling_validation_switches_to_asgd_and_evaluates_the_averages():
+    # Validation text is pure noise: nothing learnt on the training pattern helps, so it stalls.
+    generator = torch.Generator().manual_seed(9)
+    noise = torch.randint(0, VOCAB, (300,), generator=generator)
+    task = AWDLSTMTask(stream(1200, 0), noise, batch_size=4, bptt=10, eval_batch_size=2, nonmono=1, seed=0)
+    config = TrainConfig(max_steps=40, optimizer="sgd", lr=2.0, grad_clip=0.25, eval_every=3,
+                         checkpoint_every=20, log_every=5, seed=0)
+    model = tiny()
+    run = get_run("awd_asgd", {"test": 1})
+    metrics = train(model, task, config, run)
+    evals = [r for r in read_log_records(run.log_path) if r["kind"] == "eval"]
+    assert evals[0]["averaged"] == 0.0 and evals[-1]["averaged"] == 1.0
+    assert isinstance(task.optimizer, torch.optim.ASGD)
+    state = json.loads((latest_checkpoint(run) / "state.json").read_text())
+    assert state["optimizer"]["class"] == "ASGD"
+    # The reported loss is the one of the averaged weights, and the swap leaves the model as it was.
+    weights = [p.detach().clone() for p in model.parameters()]
+    with averaged_weights(model, task.optimizer):
+        averaged = carried_state_loss(model, task.valid_ids, 2, 10)
+        assert any(not torch.equal(p, w) for p, w in zip(model.parameters(), weights))
+    assert all(torch.equal(p, w) for p, w in zip(model.parameters(), weights))
+    assert metrics["val_loss"] == pytest.approx(averaged, rel=1e-9)
+    assert carried_state_loss(model, task.valid_ids, 2, 10) != pytest.approx(averaged, rel=1e-9)
+
+
+class CrashingTask(AWDLSTMTask):
+    """Raises KeyboardInterrupt at the ``crash_at``-th call of loss (a killed run)."""
+
+    crash_at: int = 0
+    calls: int = 0
+
+    def loss(self, model, batch, carry):
+        self.calls += 1
+        if self.calls == self.crash_at:
+            raise KeyboardInterrupt
+        return super().loss(model, batch, carry)
+
+
+def test_interrupted_training_resumes_exactly_through_the_switch():
+    generator = torch.Generator().manual_seed(9)
+    noise = torch.randint(0, VOCAB, (300,), generator=generator)
+    config = TrainConfig(max_steps=30, optimizer="sgd", lr=2.0, grad_clip=0.25, eval_every=3,
+                         checkpoint_every=7, log_every=1, seed=0)
+
+    def fit(study, task):
+        model = tiny()
+        metrics = train(model, task, config, get_run(study, {"test": 2}))
+        return metrics, model
+
+    def make(cls=AWDLSTMTask):
+        return cls(stream(1200, 0), noise, batch_size=4, bptt=10, eval_batch_size=2, nonmono=1, seed=0)
+
+    reference, reference_model = fit("reference", make())
+    crashing = make(CrashingTask)
+    crashing.crash_at = 25
+    with pytest.raises(KeyboardInterrupt):
+        fit("resumed", crashing)
+    state = json.loads((latest_checkpoint(get_run("resumed", {"test": 2})) / "state.json").read_text())
+    assert state["optimizer"]["class"] == "ASGD" and state["train_state"]["step"] == 21
+    resumed, resumed_model = fit("resumed", make())
+    assert resumed == reference
+    assert all(torch.equal(a, b) for a, b in zip(resumed_model.parameters(), reference_model.parameters()))
+    assert [r for r in read_log_records(get_run("resumed", {"test": 2}).log_path)] == \
+        [r for r in read_log_records(get_run("reference", {"test": 2}).log_path)]
