@@ -1,0 +1,368 @@
+"""GPT2E (Entity-Transformer GPT-2) and its entity data: exactness against GPT-2, causality, memory rules,
+save/load, and a few training steps on real GUM slices."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from transformers import GPT2Config, GPT2LMHeadModel
+
+from lmstudy.data.readers.coref import CorefDocument, Mention
+from lmstudy.entity_data import (
+    IGNORE_INDEX,
+    EntityDocument,
+    EntityLMTask,
+    document_chunks,
+    encode_coref_document,
+    entity_stream_loss,
+    load_entity_documents,
+    stream_batches,
+)
+from lmstudy.models.entity_gpt2 import GPT2E, GPT2EConfig, EntityTransformerBlock, update_memory
+from lmstudy.training import TrainTask
+from tests.conftest import require_corpus
+
+TINY = dict(vocab_size=97, n_positions=64, n_embd=32, n_layer=2, n_head=4, bos_token_id=96, eos_token_id=96)
+
+
+@pytest.fixture(autouse=True, scope="module")
+def one_thread():
+    """Tiny models gain nothing from more threads, and on a shared busy machine lose a lot to them."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def tiny_gpt2e(seed: int = 0, **overrides) -> GPT2E:
+    torch.manual_seed(seed)
+    return GPT2E(GPT2EConfig(**{**TINY, **overrides})).eval()
+
+
+def random_memory(B: int, S: int, C: int, seed: int = 1) -> torch.Tensor:
+    generator = torch.Generator().manual_seed(seed)
+    memory = torch.randn(B, S, C, generator=generator)
+    memory[:, 0] = 1.0  # E_null
+    return memory
+
+
+# --------------------------------------------------------------------------------------------------
+# exactness against GPT-2
+
+
+def test_without_entity_layers_gpt2e_is_gpt2():
+    torch.manual_seed(0)
+    gpt2 = GPT2LMHeadModel(GPT2Config(**TINY)).eval()
+    baseline = GPT2E(GPT2EConfig(entity_layers=[], **TINY)).eval()
+    baseline.load_state_dict(gpt2.state_dict())
+    assert not baseline.has_entity_layers
+    assert sum(p.numel() for p in baseline.parameters()) == sum(p.numel() for p in gpt2.parameters())
+    x = torch.randint(0, 97, (2, 12))
+    out = baseline(x, entity_ids=torch.randint(0, 5, (2, 12)))
+    assert torch.equal(out.logits, gpt2(x).logits)
+    assert out.entity_memory is None
+
+
+def test_zero_entity_output_gives_exactly_gpt2_logits_with_any_entities():
+    torch.manual_seed(0)
+    gpt2 = GPT2LMHeadModel(GPT2Config(**TINY)).eval()
+    model = GPT2E.from_gpt2(gpt2).eval()
+    assert all(isinstance(block, EntityTransformerBlock) for block in model.transformer.h)
+    x, e = torch.randint(0, 97, (2, 12)), torch.randint(0, 5, (2, 12))
+    out = model(x, entity_ids=e, entity_memory=random_memory(2, 5, 32))
+    assert torch.equal(out.logits, gpt2(x).logits)
+    # ... and the entity layer is live once its projection is not zero
+    torch.nn.init.normal_(model.transformer.h[0].entity_attn.c_proj.weight, std=0.1)
+    assert not torch.allclose(model(x, entity_ids=e).logits, gpt2(x).logits)
+
+
+def test_entities_change_the_logits_of_a_randomly_initialised_gpt2e():
+    model = tiny_gpt2e()
+    x = torch.randint(0, 97, (1, 10))
+    e = torch.tensor([[0, 1, 1, 0, 2, 0, 1, 0, 0, 2]])
+    memory = random_memory(1, 3, 32)
+    plain = model(x, entity_ids=torch.zeros_like(e), entity_memory=memory).logits
+    with_entities = model(x, entity_ids=e, entity_memory=memory).logits
+    assert torch.equal(plain[:, 0], with_entities[:, 0])  # position 0 is null in both
+    assert not torch.allclose(plain[:, 1:], with_entities[:, 1:])
+
+
+def test_with_null_entities_everywhere_the_memory_is_irrelevant_and_stream_loss_works():
+    """LAMBADA (entity ∅ everywhere): E is E_null whatever the memory holds, and GPT2E plugs into the shared
+    evaluation protocol (lmstudy.evaluation.stream_loss) like any causal LM."""
+    from lmstudy.evaluation import stream_loss
+
+    model = tiny_gpt2e()
+    x = torch.randint(0, 97, (2, 12))
+    fresh = model(x).logits
+    assert torch.equal(fresh, model(x, entity_ids=torch.zeros_like(x), entity_memory=random_memory(2, 9, 32)).logits)
+    doc = EntityDocument("lambada-0", [96, *x[0].tolist(), *x[1].tolist()], [0] * 25, [-1] * 25)
+    chunked = entity_stream_loss(model, [doc], seq_len=8, batch_size=1, pad_id=96)
+    assert chunked == pytest.approx(stream_loss(model, torch.tensor(doc.input_ids), 8, 1), rel=1e-6)
+
+
+# --------------------------------------------------------------------------------------------------
+# causality
+
+
+@pytest.mark.parametrize("t", [1, 5, 11])
+def test_changing_tokens_or_entities_at_or_after_t_leaves_earlier_logits_unchanged(t):
+    model = tiny_gpt2e()
+    T = 12
+    x, e = torch.randint(0, 97, (2, T)), torch.randint(0, 6, (2, T))
+    memory = random_memory(2, 8, 32)
+    reference = model(x, entity_ids=e, entity_memory=memory).logits
+    x2, e2 = x.clone(), e.clone()
+    x2[:, t:] = torch.randint(0, 97, (2, T - t))
+    e2[:, t:] = torch.randint(0, 8, (2, T - t))  # also ids the earlier positions use
+    changed = model(x2, entity_ids=e2, entity_memory=memory).logits
+    assert torch.allclose(reference[:, :t], changed[:, :t], atol=1e-6, rtol=0)
+    assert not torch.allclose(reference[:, t:], changed[:, t:])
+
+
+def test_a_mention_earlier_in_the_chunk_does_not_feed_later_positions_of_the_same_chunk():
+    """Within one pass the entity states come from the memory only: the hidden states of the chunk's own
+    mentions must not reach E. With a fresh memory (all ones) a mention at 0..2 therefore changes later
+    logits only through the ordinary attention paths, exactly as when the ids are given but unchanged
+    memory is read: the result equals a run where those positions' entity id is a never-seen entity."""
+    model = tiny_gpt2e()
+    x = torch.randint(0, 97, (1, 10))
+    e = torch.tensor([[1, 1, 1, 0, 0, 1, 0, 0, 0, 0]])
+    e_other = torch.tensor([[2, 2, 2, 0, 0, 1, 0, 0, 0, 0]])  # the early mention is another (fresh) entity
+    a = model(x, entity_ids=e).logits
+    b = model(x, entity_ids=e_other).logits
+    assert torch.allclose(a, b, atol=1e-6, rtol=0)  # all entities read ones, wherever they were seen
+
+
+def test_logits_of_a_later_chunk_depend_on_the_earlier_chunk_only_through_the_memory():
+    model = tiny_gpt2e()
+    x1, x2 = torch.randint(0, 97, (1, 8)), torch.randint(0, 97, (1, 8))
+    e1, e2 = torch.tensor([[0, 1, 1, 0, 2, 0, 0, 0]]), torch.tensor([[1, 0, 0, 2, 0, 3, 0, 0]])
+    memory = model(x1, entity_ids=e1).entity_memory
+    assert memory.shape == (1, 3, 32)
+    second = model(x2, entity_ids=e2, entity_memory=memory).logits
+    fresh = model(x2, entity_ids=e2).logits
+    assert not torch.allclose(second, fresh)  # the memory carries information across chunks
+    x1_changed = x1.clone()
+    x1_changed[0, 0] = (x1[0, 0] + 1) % 97
+    other = model(x1_changed, entity_ids=e1).entity_memory
+    assert not torch.allclose(model(x2, entity_ids=e2, entity_memory=other).logits, second)
+
+
+# --------------------------------------------------------------------------------------------------
+# entity memory
+
+
+def test_memory_starts_at_ones_and_is_updated_only_from_mentions():
+    model = tiny_gpt2e()
+    x = torch.randint(0, 97, (2, 9))
+    e = torch.tensor([[0, 3, 3, 0, 1, 0, 3, 0, 0],
+                      [0, 0, 0, 0, 0, 0, 0, 0, 0]])
+    out = model(x, entity_ids=e)
+    memory, hidden = out.entity_memory, out.last_hidden_state
+    assert memory.shape == (2, 4, 32) and not memory.requires_grad
+    assert torch.equal(memory[:, 0], torch.ones(2, 32))  # E_null never changes
+    assert torch.equal(memory[0, 3], hidden[0, 6])  # last sub-token of entity 3's last mention
+    assert torch.equal(memory[0, 1], hidden[0, 4])
+    assert torch.equal(memory[0, 2], torch.ones(32))  # not in this chunk: still ones
+    assert torch.equal(memory[1], torch.ones(4, 32))  # a row without mentions keeps a fresh memory
+
+
+def test_update_memory_keeps_absent_entities_and_the_null_slot():
+    memory = random_memory(1, 4, 3)
+    ids = torch.tensor([[2, 0, 2]])
+    hidden = torch.arange(9.0).view(1, 3, 3)
+    new = update_memory(memory, ids, hidden)
+    assert torch.equal(new[0, 2], hidden[0, 2])
+    for slot in (0, 1, 3):
+        assert torch.equal(new[0, slot], memory[0, slot])
+
+
+def test_memory_is_reset_for_a_new_document_grows_for_new_ids_and_rows_stay_separate():
+    model = tiny_gpt2e()
+    x = torch.randint(0, 97, (2, 6))
+    e = torch.tensor([[0, 1, 1, 0, 2, 0], [1, 0, 0, 0, 0, 0]])
+    memory = random_memory(2, 3, 32, seed=3)
+    continued = model(x, entity_ids=e, entity_memory=memory, new_document=torch.tensor([False, True]))
+    restart = model(x, entity_ids=e, new_document=torch.tensor([True, True]))
+    carried = model(x, entity_ids=e, entity_memory=memory)
+    # row 1 starts a new document: identical to a fresh memory, whatever was carried
+    assert torch.allclose(continued.logits[1], restart.logits[1], atol=1e-6, rtol=0)
+    # row 0 continues its document: identical to carrying, different from starting afresh
+    assert torch.allclose(continued.logits[0], carried.logits[0], atol=1e-6, rtol=0)
+    assert not torch.allclose(continued.logits[0], restart.logits[0])
+    grown = model(x, entity_ids=e.clamp(max=0) + torch.tensor([[0, 0, 0, 0, 0, 5]] * 2), entity_memory=memory)
+    assert grown.entity_memory.shape == (2, 6, 32)
+    assert torch.equal(grown.entity_memory[:, 3:5], torch.ones(2, 2, 32))
+
+
+def make_doc(doc_id: str, n: int, entity_every: int = 3) -> EntityDocument:
+    ids = [96] + [(7 * i + len(doc_id)) % 90 for i in range(n - 1)]
+    entities = [0] + [1 + (i // entity_every) % 3 if i % entity_every == 0 else 0 for i in range(n - 1)]
+    return EntityDocument(doc_id, ids, entities, [-1] * n)
+
+
+def test_batches_carry_rows_across_chunks_and_reset_at_each_document():
+    docs = [make_doc("a", 21), make_doc("bb", 9), make_doc("ccc", 12)]
+    batches = list(stream_batches(docs, batch_size=2, seq_len=5, pad_id=96))
+    # a: 20 targets -> 4 chunks in row 0; bb (2 chunks) then ccc (3 chunks) in row 1
+    assert len(batches) == 5
+    assert [b.new_document.tolist() for b in batches] == [[True, True], [False, False], [False, True],
+                                                          [False, False], [True, False]]
+    row0 = torch.cat([b.input_ids[0] for b in batches[:4]]).tolist()
+    assert row0 == docs[0].input_ids[:20]
+    targets = torch.cat([b.targets[0] for b in batches[:4]]).tolist()
+    assert targets == docs[0].input_ids[1:21]
+    assert (batches[4].targets[0] == IGNORE_INDEX).all()  # row 0 ran out: an all-pad chunk
+    assert batches[1].targets[1].tolist() == docs[1].input_ids[6:9] + [IGNORE_INDEX] * 2
+    n_targets = sum(int((b.targets != IGNORE_INDEX).sum()) for b in batches)
+    assert n_targets == sum(len(d.input_ids) - 1 for d in docs)
+    assert sum(len(document_chunks(d, 5)) for d in docs) == 9
+
+
+def test_memory_never_crosses_documents_in_evaluation():
+    """The loss of a document does not depend on which document its row read before."""
+    model = tiny_gpt2e()
+    torch.nn.init.normal_(model.transformer.h[1].entity_attn.c_proj.weight, std=0.2)
+    a, b, c = make_doc("a", 17), make_doc("b", 23, entity_every=2), make_doc("c", 19)
+    alone = entity_stream_loss(model, [b], seq_len=6, batch_size=1, pad_id=96)
+    after_a = entity_stream_loss(model, [a, b], seq_len=6, batch_size=1, pad_id=96)
+    after_c = entity_stream_loss(model, [c, b], seq_len=6, batch_size=1, pad_id=96)
+    loss_a = entity_stream_loss(model, [a], seq_len=6, batch_size=1, pad_id=96)
+    loss_c = entity_stream_loss(model, [c], seq_len=6, batch_size=1, pad_id=96)
+    n_a, n_b, n_c = 16, 22, 18
+    assert after_a == pytest.approx((loss_a * n_a + alone * n_b) / (n_a + n_b), rel=1e-5)
+    assert after_c == pytest.approx((loss_c * n_c + alone * n_b) / (n_c + n_b), rel=1e-5)
+    # while within a document the memory matters: chunked reading with memory != without
+    baseline = GPT2E(GPT2EConfig(entity_layers=[], **TINY)).eval()
+    baseline.load_state_dict(model.state_dict(), strict=False)
+    assert entity_stream_loss(baseline, [b], 6, 1, 96) != pytest.approx(alone, rel=1e-6)
+
+
+# --------------------------------------------------------------------------------------------------
+# data
+
+
+class CharTokenizer:
+    """A stand-in for a HF fast tokenizer: one id per character, offsets included."""
+
+    eos_token_id = 0
+
+    def __call__(self, text, add_special_tokens=False, return_offsets_mapping=False):
+        out = {"input_ids": [1 + ord(ch) % 90 for ch in text]}
+        if return_offsets_mapping:
+            out["offset_mapping"] = [(i, i + 1) for i in range(len(text))]
+        return out
+
+
+def test_coref_document_entity_ids_follow_the_innermost_mention():
+    doc = CorefDocument("d", "train", ["Her", "sister", "saw", "her"], [0], None,
+                        [Mention(0, 2, 40), Mention(0, 1, 7), Mention(3, 4, 7)])
+    encoded = encode_coref_document(doc, CharTokenizer())
+    # ids in order of first appearance: "Her" is cluster 7 -> 1 (innermost), "sister" cluster 40 -> 2
+    assert encoded.input_ids[0] == 0 and encoded.entity_ids[0] == 0
+    assert encoded.entity_ids[1:] == [1, 1, 1, 0, 2, 2, 2, 2, 2, 2, 0, 0, 0, 0, 0, 1, 1, 1]
+    assert encoded.word_index[1:5] == [0, 0, 0, -1]
+
+
+def test_gum_documents_get_gpt2_subtokens_and_entity_ids():
+    require_corpus("gum")
+    require_corpus("gpt2_bpe")
+    from lmstudy.tokenization import gpt2_tokenizer
+
+    tokenizer = gpt2_tokenizer()
+    docs = load_entity_documents("gum", "dev", tokenizer, limit=2)
+    from lmstudy.data.readers.gum import read_gum_coref
+    from lmstudy.data.catalogue import corpus_path
+
+    raw = next(read_gum_coref(corpus_path("gum"), split="dev"))
+    doc = docs[0]
+    assert doc.doc_id == raw.doc_id and doc.input_ids[0] == tokenizer.eos_token_id
+    assert tokenizer.decode(doc.input_ids[1:]) == " ".join(raw.tokens)
+    clusters = raw.token_clusters("innermost")
+    for entity, word in zip(doc.entity_ids[1:], doc.word_index[1:]):
+        assert (entity == 0) == (word < 0 or clusters[word] is None)
+    assert doc.n_entities == len({c for c in clusters if c is not None})
+    lambada = load_entity_documents("lambada", "test", tokenizer, limit=2)
+    assert len(lambada) == 2 and all(set(d.entity_ids) == {0} for d in lambada)
+
+
+# --------------------------------------------------------------------------------------------------
+# save / load and training
+
+
+def test_save_pretrained_round_trip_reproduces_the_logits(tmp_path):
+    model = tiny_gpt2e(entity_layers=[1])
+    x, e = torch.randint(0, 97, (1, 10)), torch.randint(0, 4, (1, 10))
+    memory = random_memory(1, 4, 32)
+    model.save_pretrained(tmp_path)
+    loaded = GPT2E.from_pretrained(tmp_path).eval()
+    assert loaded.config.entity_layers == [1]
+    assert not isinstance(loaded.transformer.h[0], EntityTransformerBlock)
+    assert loaded.lm_head.weight.data_ptr() == loaded.transformer.wte.weight.data_ptr()
+    assert torch.equal(loaded(x, entity_ids=e, entity_memory=memory).logits,
+                       model(x, entity_ids=e, entity_memory=memory).logits)
+
+
+def test_a_tiny_gpt2e_trains_on_gum_slices_with_the_shared_loop(tmp_path, monkeypatch):
+    require_corpus("gum")
+    require_corpus("gpt2_bpe")
+    monkeypatch.setenv("LMSTUDY_RUNS", str(tmp_path / "runs"))
+    from lmstudy.runs import get_run, read_log
+    from lmstudy.tokenization import gpt2_tokenizer
+    from lmstudy.training import TrainConfig, train
+
+    torch.manual_seed(0)
+    tokenizer = gpt2_tokenizer()
+    train_docs = load_entity_documents("gum", "train", tokenizer, limit=2)
+    valid_docs = load_entity_documents("gum", "dev", tokenizer, limit=1)
+    model = GPT2E(GPT2EConfig(vocab_size=len(tokenizer), n_positions=64, n_embd=32, n_layer=2, n_head=2))
+    task = EntityLMTask(train_docs, valid_docs, batch_size=2, seq_len=64, pad_id=tokenizer.eos_token_id)
+    config = TrainConfig(max_steps=12, lr=3e-3, log_every=1, seed=0)
+    metrics = train(model, task, config, get_run("gpt2e-test", {"train": config}))
+    losses = [r["loss"] for r in read_log(get_run("gpt2e-test", {"train": config})).to_dict("records")
+              if r["kind"] == "train"]
+    assert len(losses) == 12
+    assert sum(losses[-3:]) / 3 < sum(losses[:3]) / 3 - 0.1
+    assert metrics["val_loss"] < 10.8  # below ln(50257) = 10.82 of a uniform guess
+
+
+class CrashAt(TrainTask):
+    """``task`` that raises KeyboardInterrupt at the ``call``-th loss (a killed process)."""
+
+    stateful = True
+
+    def __init__(self, task: EntityLMTask, call: int):
+        self.task, self.call, self.calls = task, call, 0
+
+    def batches(self, epoch):
+        return self.task.batches(epoch)
+
+    def loss(self, model, batch, carry):
+        self.calls += 1
+        if self.calls == self.call:
+            raise KeyboardInterrupt
+        return self.task.loss(model, batch, carry)
+
+    def evaluate(self, model):
+        return self.task.evaluate(model)
+
+
+def test_training_resumes_exactly_with_the_entity_memory_carried_through_the_checkpoint(tmp_path, monkeypatch):
+    monkeypatch.setenv("LMSTUDY_RUNS", str(tmp_path / "runs"))
+    from lmstudy.runs import get_run
+    from lmstudy.training import TrainConfig, latest_checkpoint, train
+
+    docs = [make_doc("a", 31), make_doc("bb", 19, entity_every=2), make_doc("ccc", 24)]
+    config = TrainConfig(max_steps=9, lr=3e-3, checkpoint_every=4, log_every=1, seed=0)
+
+    def fit(study, wrap=lambda task: task):
+        task = EntityLMTask(docs, docs[:1], batch_size=2, seq_len=5, pad_id=96)
+        return train(tiny_gpt2e(seed=0).train(), wrap(task), config, get_run(study, {"train": config}))
+
+    reference = fit("reference")
+    with pytest.raises(KeyboardInterrupt):
+        fit("resumed", lambda task: CrashAt(task, call=7))  # after the step-4 checkpoint, mid-document
+    assert latest_checkpoint(get_run("resumed", {"train": config})).name == "step-000000004"
+    resumed = fit("resumed")
+    assert resumed["val_loss"] == pytest.approx(reference["val_loss"], rel=1e-6)
