@@ -27,14 +27,14 @@ from dataclasses import asdict, dataclass
 
 import torch
 
-from lmstudy.data.splits import get_domain, split_tokens
+from lmstudy.data.splits import get_domain
 from lmstudy.embeddings import PretrainConfig, align_to_vocab, coverage, load_glove, pretrained_vectors
 from lmstudy.models.awd_lstm import AWDLSTM, AWDLSTMConfig, AWDLSTMTask, averaged_weights, carried_state_loss
 from lmstudy.models.embedding_config import ALL_CONFIGS, EmbeddingConfig, apply_embedding_config
 from lmstudy.runs import cached
 from lmstudy.scales import preset
-from lmstudy.text import Vocab
 from lmstudy.training import TrainConfig, train
+from lmstudy.word_lm import WordLMData, load_word_lm
 
 STUDY = "01_embedding_init"
 
@@ -91,50 +91,7 @@ def make_config(embedding: str | EmbeddingConfig, scale: str, setting: str = "St
     return EmbeddingInitConfig(embedding=name, **{**preset(STUDY, scale), **DATA_SETTINGS[setting], **overrides})
 
 
-@dataclass
-class LMData:
-    vocab: Vocab
-    train: torch.Tensor  # (L,) ids, <eos> after every sentence
-    valid: torch.Tensor
-    test: torch.Tensor
-    valid_sentences: list[list[str]]
-
-
-def first_tokens(sentences: list[list[str]], tokens: int) -> list[list[str]]:
-    """The first whole sentences holding at least ``tokens`` tokens (``<eos>`` included); all for 0."""
-    if not tokens:
-        return sentences
-    total = 0
-    for index, sentence in enumerate(sentences):
-        total += len(sentence) + 1
-        if total >= tokens:
-            return sentences[: index + 1]
-    return sentences
-
-
-def load_data(domain: str, unk_cutoff: int, train_tokens: int = 0, eval_tokens: int = 0) -> LMData:
-    """The domain's train/valid/test as id streams over a vocabulary with UNK cutoff ``unk_cutoff``.
-
-    With ``train_tokens`` / ``eval_tokens`` the parts are cut to their first whole sentences first, and
-    the vocabulary is that of the cut training text (it is the LM's training set), plus with K = 0 the
-    word types of the cut valid and test text.
-    """
-    sentences = {part: first_tokens(split_tokens(domain, part), train_tokens if part == "train" else eval_tokens)
-                 for part in ("train", "valid", "test")}
-    counts: dict[str, int] = {}
-    for sentence in sentences["train"]:
-        for word in sentence:
-            counts[word] = counts.get(word, 0) + 1
-    extra = {w for part in ("valid", "test") for s in sentences[part] for w in s} if unk_cutoff == 0 else ()
-    vocab = Vocab.build(counts, min_count=unk_cutoff, extra_words=extra)
-
-    def stream(part: str) -> torch.Tensor:
-        return torch.tensor(vocab.encode_sentences(sentences[part]), dtype=torch.long)
-
-    return LMData(vocab, stream("train"), stream("valid"), stream("test"), sentences["valid"])
-
-
-def build_model(config: EmbeddingInitConfig, data: LMData) -> tuple[AWDLSTM, dict]:
+def build_model(config: EmbeddingInitConfig, data: WordLMData) -> tuple[AWDLSTM, dict]:
     """The AWD-LSTM of ``config``, embeddings set up; also returns pretrained-vector facts (coverage)."""
     embedding = EmbeddingConfig.from_name(config.embedding)
     torch.manual_seed(config.seed)
@@ -162,7 +119,7 @@ def build_model(config: EmbeddingInitConfig, data: LMData) -> tuple[AWDLSTM, dic
 
 def run(config: EmbeddingInitConfig) -> dict:
     """Train (or fetch from the run cache) one configuration; returns its metrics."""
-    data = load_data(config.domain, config.unk_cutoff, config.train_tokens, config.eval_tokens)
+    data = load_word_lm(config.domain, config.unk_cutoff, config.train_tokens, config.eval_tokens)
 
     def train_and_test(run_) -> dict:
         model, facts = build_model(config, data)
@@ -208,5 +165,5 @@ def table1_configs(scale: str, seeds: tuple[int, ...] = (0,)) -> list[EmbeddingI
             for setting in DATA_SETTINGS for embedding in ALL_CONFIGS for seed in seeds]
 
 
-__all__ = ["DATA_SETTINGS", "STUDY", "EmbeddingInitConfig", "LMData", "build_model",
-           "first_tokens", "load_data", "make_config", "run", "run_history", "table1_configs"]
+__all__ = ["DATA_SETTINGS", "STUDY", "EmbeddingInitConfig", "build_model",
+           "make_config", "run", "run_history", "table1_configs"]

@@ -15,12 +15,11 @@ import pandas as pd
 import torch
 from transformers import GPT2Config, GPT2LMHeadModel
 
-from lmstudy.data.splits import split_tokens
 from lmstudy.evaluation import stream_loss
 from lmstudy.lm_batches import LMTask
 from lmstudy.runs import cached, get_run, read_log
-from lmstudy.text import Vocab
 from lmstudy.training import TrainConfig, load_weights, train
+from lmstudy.word_lm import load_word_lm
 
 STUDY = "00_quickstart"
 
@@ -35,33 +34,9 @@ class QuickstartConfig:
     max_steps: int
     eval_every: int
     lr: float
-    train_tokens: int  # first N tokens of PTB train; 0 = all of it
-    eval_tokens: int  # first N tokens of valid and test; 0 = all
+    train_tokens: int  # first whole sentences holding N tokens of PTB train; 0 = all of it
+    eval_tokens: int  # the same for valid and test
     seed: int = 0
-
-
-@dataclass
-class PTBStreams:
-    vocab: Vocab
-    train: torch.Tensor  # (L,) token ids, <eos> after every sentence
-    valid: torch.Tensor
-    test: torch.Tensor
-
-
-def load_ptb(train_tokens: int = 0, eval_tokens: int = 0) -> PTBStreams:
-    """PTB as id streams; the vocabulary is PTB's own 10k words (its text is already UNK'd)."""
-    sentences = {part: split_tokens("ptb", part) for part in ("train", "valid", "test")}
-    counts: dict[str, int] = {}
-    for sentence in sentences["train"]:
-        for word in sentence:
-            counts[word] = counts.get(word, 0) + 1
-    vocab = Vocab.build(counts, min_count=0)
-
-    def stream(part: str, limit: int) -> torch.Tensor:
-        ids = torch.tensor(vocab.encode_sentences(sentences[part]), dtype=torch.long)
-        return ids[:limit] if limit else ids
-
-    return PTBStreams(vocab, stream("train", train_tokens), stream("valid", eval_tokens), stream("test", eval_tokens))
 
 
 def build_model(config: QuickstartConfig, vocab_size: int) -> GPT2LMHeadModel:
@@ -75,7 +50,8 @@ def build_model(config: QuickstartConfig, vocab_size: int) -> GPT2LMHeadModel:
 
 def run(config: QuickstartConfig) -> dict:
     """Train (or fetch from the run cache) and evaluate; returns the run's metrics."""
-    data = load_ptb(config.train_tokens, config.eval_tokens)
+    # PTB is already UNK'd to 10k words: K = 0 keeps its vocabulary as it is.
+    data = load_word_lm("ptb", unk_cutoff=0, train_tokens=config.train_tokens, eval_tokens=config.eval_tokens)
 
     def train_and_test(run_) -> dict:
         model = build_model(config, len(data.vocab))
