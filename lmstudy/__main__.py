@@ -45,10 +45,11 @@ def _add_study_command(subparsers) -> None:
 
 
 def _run_study(args) -> int:
-    from lmstudy.notebook_runner import parse_overrides, run_study
+    from lmstudy.notebook_runner import final_printout, parse_overrides, run_study
 
     output = run_study(args.name, scale=args.scale, overrides=parse_overrides(args.parameter))
-    print(f"executed notebook: {output}")
+    print(final_printout(output), end="")
+    print(f"executed notebook: {output} (open it in JupyterLab: make lab)")
     return 0
 
 

@@ -74,3 +74,13 @@ def run_study(name: str, scale: str = "smoke", overrides: dict | None = None, ou
         progress_bar=os.environ.get("TQDM_DISABLE") != "1",
     )
     return output
+
+
+def final_printout(executed: Path) -> str:
+    """What the last code cell of an executed notebook printed: a study's one-line summary."""
+    import nbformat
+
+    cells = [cell for cell in nbformat.read(executed, as_version=4).cells if cell.cell_type == "code"]
+    if not cells:
+        return ""
+    return "".join(out.get("text", "") for out in cells[-1].get("outputs", []) if out.output_type == "stream")

@@ -77,6 +77,7 @@ def test_study_cli_runs_quickstart_at_smoke_scale(isolated_env, tmp_path):
     require_corpus("ptb")
     result = _cli("study", "quickstart", "--scale", "smoke", "-p", "max_steps", "20", env=isolated_env)
     assert result.returncode == 0, result.stderr[-3000:]
+    assert "test perplexity:" in result.stdout  # the notebook's summary line is echoed
     executed = tmp_path / "runs" / "notebooks" / "00_quickstart-smoke.ipynb"
     cells = json.loads(executed.read_text())["cells"]
     outputs = [o for c in cells if c["cell_type"] == "code" for o in c.get("outputs", [])]
