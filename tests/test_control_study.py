@@ -1,0 +1,129 @@
+"""The control-code study's evaluation tables (lmstudy.control.study) on a tiny two-domain model."""
+
+from __future__ import annotations
+
+import math
+
+import matplotlib.pyplot as plt
+import pandas as pd
+import pytest
+import torch
+
+from lmstudy.control.attribution import attribution_table
+from lmstudy.control.data import CodedTexts
+from lmstudy.control.model import ControlConfig, fit, load_control_model
+from lmstudy.control.sampling import SamplingConfig
+from lmstudy.control.study import (
+    EMPTY,
+    attribution_summary,
+    code_perplexity_table,
+    confusion_heatmap,
+    confusion_matrix,
+    controllability,
+    decoding_settings,
+    repetition_plot,
+    repetition_stats,
+    repetition_summary,
+    repetition_sweep,
+    side_by_side,
+    train_domain_classifier,
+)
+from lmstudy.runs import get_run
+from tests.test_control import ALPHA, BETA, synthetic_texts
+
+torch.set_num_threads(1)
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    texts = CodedTexts(
+        train={"Alpha": synthetic_texts(ALPHA, 60, 1), "Beta": synthetic_texts(BETA, 60, 2)},
+        valid={"Alpha": synthetic_texts(ALPHA, 4, 3), "Beta": synthetic_texts(BETA, 4, 4)},
+    )
+    config = ControlConfig(vocab_size=300, n_layer=1, n_head=2, n_embd=32, seq_len=32, batch_size=8,
+                           max_steps=60, eval_every=30, lr=5e-3, lr_schedule="constant", seed=0)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("LMSTUDY_RUNS", str(tmp_path_factory.mktemp("runs")))
+        run = get_run("test_control_study", {"synthetic": 1})
+        fit(config, texts, run)
+    return load_control_model(run.path / "model"), texts
+
+
+def test_repetition_stats_by_hand():
+    stats = repetition_stats([1, 2, 3, 4, 1, 2, 3, 4])
+    assert stats["distinct_1"] == pytest.approx(4 / 8)
+    assert stats["distinct_2"] == pytest.approx(4 / 7)  # (1,2) (2,3) (3,4) (4,1) and three repeats
+    assert stats["repeated_4gram"] == pytest.approx(1 / 5)  # 5 four-grams, the last repeats the first
+    fresh = repetition_stats([1, 2, 3, 4, 5])
+    assert fresh["distinct_1"] == fresh["distinct_2"] == 1.0 and fresh["repeated_4gram"] == 0.0
+    assert math.isnan(repetition_stats([1, 2])["repeated_4gram"])
+
+
+def test_perplexity_is_lowest_with_the_right_code(trained):
+    loaded, texts = trained
+    table = code_perplexity_table(loaded.model, loaded.tokenizer, texts.valid, seq_len=32)
+    assert table["domain"].tolist() == ["Alpha", "Beta"]
+    assert (table["right_code"] < table["wrong_code_mean"]).all()
+    assert (table["right_code"] < table["no_code"]).all()
+    assert table["best_wrong_code"].tolist() == ["Beta", "Alpha"]  # with two codes, the other one
+    assert (table["tokens"] > 0).all()
+
+
+def test_attribution_summary_and_confusion_matrix():
+    table = pd.DataFrame({"true_code": ["A", "A", "B", "B"], "predicted": ["A", "B", "B", "B"],
+                          "true_rank": [1, 2, 1, 1], "correct": [True, False, True, True]})
+    summary = attribution_summary(table).set_index("true_code")
+    assert summary.loc["A", "top1"] == 0.5 and summary.loc["B", "top1"] == 1.0
+    assert summary.loc["all", "top1"] == 0.75 and summary.loc["all", "top3"] == 1.0
+    assert summary.loc["all", "chance_top1"] == 0.5 and summary.loc["all", "chance_top3"] == 1.0
+    matrix = confusion_matrix(table, ["A", "B", "C"])
+    assert matrix.loc["A", "A"] == 0.5 and matrix.loc["A", "B"] == 0.5 and matrix.loc["B", "B"] == 1.0
+    assert matrix.loc["C"].sum() == 0.0  # a code without documents: an empty row, not NaN
+    figure = confusion_heatmap(matrix, title="t")
+    assert isinstance(figure, plt.Figure)
+    plt.close(figure)
+
+
+def test_attribution_on_the_tiny_model_is_perfect(trained):
+    loaded, texts = trained
+    summary = attribution_summary(attribution_table(loaded.model, loaded.tokenizer, texts.valid))
+    assert summary.set_index("true_code").loc["all", "top1"] == 1.0
+
+
+def test_side_by_side_and_controllability(trained):
+    loaded, texts = trained
+    table = side_by_side(loaded.model, loaded.tokenizer, "pear", ["Alpha", "Beta"],
+                         SamplingConfig(greedy=True), max_new_tokens=12)
+    assert table["code"].tolist() == ["Alpha", "Beta"] and (table["prompt"] == "pear").all()
+    # The codes steer, even against a fruit prompt: Alpha continues with fruit, Beta with machine parts.
+    assert any(word in table.loc[0, "continuation"] for word in ALPHA)
+    assert any(word in table.loc[1, "continuation"] for word in BETA)
+
+    classifier = train_domain_classifier(texts.valid)
+    generations, summary = controllability(loaded.model, loaded.tokenizer, classifier, ["Alpha", "Beta"],
+                                           prompts=["pear", "gear"], max_new_tokens=12, seeds=(0, 1))
+    assert len(generations) == 2 * 2 * 2 and set(generations["predicted"]) <= {"Alpha", "Beta", EMPTY}
+    assert summary["generations"].tolist() == [4, 4] and (summary["chance"] == 0.5).all()
+    assert (summary["accuracy"] > 0.5).all()
+    with pytest.raises(ValueError, match="two domains"):
+        train_domain_classifier({"Alpha": texts.valid["Alpha"]})
+
+
+def test_repetition_sweep_penalty_reduces_repetition(trained):
+    loaded, _ = trained
+    settings = decoding_settings(thetas=(1.0, 3.0))
+    assert list(settings) == ["greedy", "greedy + ctrl θ=1", "greedy + ctrl θ=3", "greedy + hf θ=1.2",
+                              "nucleus p=0.9"]
+    sweep = repetition_sweep(loaded.model, loaded.tokenizer, ["Alpha", "Beta"], prompts=["pear"],
+                             settings=settings, max_new_tokens=25)
+    assert len(sweep) == 5 * 2 and (sweep["tokens"] == 25).all()  # eos does not cut the sweep short
+    summary = repetition_summary(sweep).set_index("setting")
+    assert list(summary.index) == list(settings)
+    # θ = 1 is greedy itself; a strong penalty leaves fewer repeated 4-grams and more distinct tokens.
+    assert summary.loc["greedy + ctrl θ=1"].equals(summary.loc["greedy"])
+    assert summary.loc["greedy + ctrl θ=3", "distinct_1"] > summary.loc["greedy", "distinct_1"]
+    assert summary.loc["greedy + ctrl θ=3", "repeated_4gram"] <= summary.loc["greedy", "repeated_4gram"]
+    assert (summary["perplexity"] > 1.0).all()
+    figure = repetition_plot(summary.reset_index())
+    assert isinstance(figure, plt.Figure)
+    plt.close(figure)
