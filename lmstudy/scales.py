@@ -62,6 +62,8 @@ PRESETS: dict[str, dict[str, dict]] = {
             emb_size=16, hidden_size=32, n_layers=2, batch_size=8, bptt=20, eval_batch_size=4, test_batch_size=4, lr=10.0,
             max_epochs=2, max_steps=24, evals_per_epoch=2, nonmono=1, train_tokens=8_000, eval_tokens=1_000,
             vector_epochs=1, pretrain_sentences=2_000,
+            # notebook-only keys (not run-config fields): which grid to run
+            configs="standard_vs_ours", seeds=[0], settings=["Std", "Rare"],
         ),
         # Proposed published scale, sized so that Table 1 (20 configs x Std/Rare) plus two more seeds of the
         # six Section 3 configs (~52 runs) fit ~4 hours on the 2-core machine (see the report): 2 layers,
@@ -71,12 +73,43 @@ PRESETS: dict[str, dict[str, dict]] = {
             emb_size=64, hidden_size=256, n_layers=2, batch_size=20, bptt=35, eval_batch_size=10, test_batch_size=10,
             lr=30.0,
             max_epochs=2, evals_per_epoch=3, nonmono=2, train_tokens=200_000, eval_tokens=20_000,
+            configs="all", seeds=[0], settings=["Std", "Rare"],  # notebook-only keys
         ),
         # The paper: awd-lstm-lm's PTB recipe (3 x 1150, 400-d embeddings, Welch's Baseline column).
         "paper": dict(
             emb_size=400, hidden_size=1150, n_layers=3, dropout=0.4, dropouth=0.25, dropouti=0.4,
             dropoute=0.1, wdrop=0.5, batch_size=20, bptt=70, eval_batch_size=10, test_batch_size=1, lr=30.0,
             weight_decay=1.2e-6, grad_clip=0.25, alpha=2.0, beta=1.0, nonmono=5, max_epochs=500,
+            configs="all", seeds=[0, 1, 2], settings=["Std", "Rare"],  # notebook-only keys
+        ),
+    },
+    # Krony-PT (Ayoub 2024): Kronecker-factored MLPs of a small GPT-2 we pretrain ourselves
+    # (lmstudy.studies.kronecker). Classes are the paper's factor shapes for our dims (96M: B=(2,1),
+    # 81M: B=(4,1), 67M: tiny balanced factors); Table 6 uses the 67M shapes.
+    "03_kronecker": {
+        # Seconds: 2x32 GPT-2, a 512-id BPE on 40 Wikipedia documents, 30 + 10 steps.
+        "smoke": dict(
+            vocab_size=512, train_docs=40, valid_docs=5, n_layer=2, n_head=2, n_embd=32, seq_len=64,
+            batch_size=8, pretrain_steps=30, lr=3e-3, classes=["96M", "81M", "67M"],
+            inits=["van_loan", "prune", "random"], finetune_steps=10, finetune_lr=1e-3, eval_every=10,
+            table6_class="67M", table6_factors=4, dense_baseline=True, wikitext_tokens=2000,
+            lambada_examples=30, seed=0,
+        ),
+        # Proposed (not yet timed on the 2-core machine): 4x256 GPT-2 with an 8k BPE on 5,000 documents.
+        "cpu": dict(
+            vocab_size=8192, train_docs=5000, valid_docs=100, n_layer=4, n_head=4, n_embd=256, seq_len=128,
+            batch_size=16, pretrain_steps=4000, lr=1e-3, classes=["96M", "81M", "67M"],
+            inits=["van_loan", "prune", "random"], finetune_steps=1000, finetune_lr=3e-4, eval_every=250,
+            table6_class="67M", table6_factors=4, dense_baseline=True, wikitext_tokens=0,
+            lambada_examples=0, seed=0,
+        ),
+        # GPT-2 small's dims (a GPU box), still pretrained here: no pretrained weights exist in lmstudy.
+        "paper": dict(
+            vocab_size=50257, train_docs=0, valid_docs=500, n_layer=12, n_head=12, n_embd=768, seq_len=1024,
+            batch_size=32, pretrain_steps=50000, lr=6e-4, classes=["96M", "81M", "67M"],
+            inits=["van_loan", "prune", "random"], finetune_steps=10000, finetune_lr=1e-4, eval_every=1000,
+            table6_class="67M", table6_factors=4, dense_baseline=True, wikitext_tokens=0,
+            lambada_examples=0, seed=0,
         ),
     },
 }

@@ -88,7 +88,10 @@ class EmbeddingInitConfig:
 def make_config(embedding: str | EmbeddingConfig, scale: str, setting: str = "Std", **overrides) -> EmbeddingInitConfig:
     """The run config of ``embedding`` at ``scale`` on a Table 1 data ``setting`` ("Std" | "Rare")."""
     name = embedding.name if isinstance(embedding, EmbeddingConfig) else EmbeddingConfig.from_name(embedding).name
-    return EmbeddingInitConfig(embedding=name, **{**preset(STUDY, scale), **DATA_SETTINGS[setting], **overrides})
+    # The preset also holds notebook-only keys (configs, seeds, settings): keep the run-config fields.
+    fields = EmbeddingInitConfig.__dataclass_fields__
+    params = {k: v for k, v in preset(STUDY, scale).items() if k in fields}
+    return EmbeddingInitConfig(embedding=name, **{**params, **DATA_SETTINGS[setting], **overrides})
 
 
 def build_model(config: EmbeddingInitConfig, data: WordLMData) -> tuple[AWDLSTM, dict]:
