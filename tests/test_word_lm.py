@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from conftest import require_corpus
-from lmstudy.text import EOS, UNK
+from lmstudy.text import EOS
 from lmstudy.word_lm import first_tokens, load_word_lm
 
 SENTENCES = [["a", "b"], ["c"], ["d", "e", "f"]]

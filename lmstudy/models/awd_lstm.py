@@ -183,24 +183,30 @@ def detach_hidden(hidden: Hidden) -> Hidden:
 
 
 @torch.no_grad()
-def carried_state_loss(model: nn.Module, ids: torch.Tensor, batch_size: int, bptt: int) -> float:
-    """Mean next-token loss (nats) over the stream ``ids`` (L,), awd-lstm-lm's protocol: ``batchify`` into
-    ``batch_size`` rows (the last L % batch_size tokens are dropped), windows of ``bptt``, hidden state
-    carried across windows."""
+def per_token_losses(model: nn.Module, ids: torch.Tensor, batch_size: int, bptt: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per-token next-token losses (nats) and their targets over the stream ``ids`` (L,), awd-lstm-lm's
+    protocol: ``batchify`` into ``batch_size`` rows (the last L % batch_size tokens are dropped), windows
+    of ``bptt``, hidden state carried across windows."""
     was_training = model.training
     model.eval()
     device = next(model.parameters()).device
     data = batchify(ids.long(), batch_size).to(device)  # (B, N)
-    total = torch.zeros((), dtype=torch.float64, device=device)
-    count, hidden = 0, None
-    for x, y in iter_bptt(data, bptt):
-        out = model(x, hidden)
-        total += F.cross_entropy(out.logits.reshape(-1, out.logits.size(-1)).float(), y.reshape(-1),
-                                 reduction="sum").double()
-        count += y.numel()
-        hidden = out.hidden
+    losses, targets, hidden = [], [], None
+    with torch.no_grad():
+        for x, y in iter_bptt(data, bptt):
+            out = model(x, hidden)
+            logits = out.logits.reshape(-1, out.logits.size(-1)).float()  # (B*T, V)
+            losses.append(F.cross_entropy(logits, y.reshape(-1), reduction="none"))
+            targets.append(y.reshape(-1))
+            hidden = out.hidden
     model.train(was_training)
-    return total.item() / count
+    return torch.cat(losses), torch.cat(targets)
+
+
+def carried_state_loss(model: nn.Module, ids: torch.Tensor, batch_size: int, bptt: int) -> float:
+    """Mean next-token loss (nats) over the stream ``ids`` with :func:`per_token_losses`' protocol."""
+    losses, _ = per_token_losses(model, ids, batch_size, bptt)
+    return losses.double().mean().item()
 
 
 @contextmanager

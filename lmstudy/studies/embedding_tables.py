@@ -1,0 +1,287 @@
+"""Tables, figures and claim checks of notebook 01_embedding_init (Welch et al. 2020, Table 1).
+
+The notebook stays thin: it calls ``grid_configs`` (which runs to make), ``run_grid`` (the tidy
+Table 1 DataFrame), ``section_figure`` (sections (a)-(d)), ``check_claims`` (the paper's five
+claims, each holds / does not hold / not run, with the numbers) and ``rare_word_table`` (loss by
+training-frequency bucket).
+
+Our reading of the paper's sections (Section 2): (a) frozen random output embeddings, (b) frozen
+pretrained output embeddings, (c) frozen random input embeddings, (d) everything else. A config
+can fit several; we take the first that applies, in that order (tied frozen random -> (a)).
+
+The five claims checked (Section 2, on validation perplexity, mean over seeds):
+1. Std: pretrained beats random in (all but one of) the pairs differing only in initialisation;
+   we say it holds when at most one pair goes the other way.
+2. Std: freezing pretrained input embeddings is always better, all else equal (untied pairs: freezing
+   a tied matrix would freeze the output too).
+3. Freezing the output embeddings is the worst choice: every frozen-output config (sections a, b)
+   is worse than every config that does not freeze the output.
+4. Tying helps when the input embeddings are random (tied random trainable < untied random trainable
+   both sides), on Std.
+5. Rare: the proposed approach (untied, pretrained frozen input) is the best configuration.
+
+Rare-word analysis: per-token losses of the final weights (``load_weights(..., "last")``; under ASGD
+these are the current, not the averaged, weights, so they can differ a little from the reported
+test perplexity), bucketed by the target word's count in the training stream (0, 1-5, 6-50, 51+).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, fields
+
+import matplotlib.pyplot as plt
+import pandas as pd
+import seaborn as sns
+import torch
+
+from lmstudy.models.awd_lstm import per_token_losses
+from lmstudy.models.embedding_config import (
+    ALL_CONFIGS,
+    SECTION3_CONFIGS,
+    EmbeddingConfig,
+)
+from lmstudy.runs import get_run
+from lmstudy.studies.embedding_init import (
+    DATA_SETTINGS,
+    STUDY,
+    EmbeddingInitConfig,
+    build_model,
+    run,
+)
+from lmstudy.training import load_weights
+from lmstudy.word_lm import load_word_lm
+
+STANDARD = "tied/random,trainable"  # the standard approach
+PROPOSED = "untied/in=pretrained,frozen/out=pretrained,trainable"  # "ours"
+# Named grids for the notebook's ``configs`` parameter (a string: papermill cannot parse lists of names
+# holding commas). standard_vs_ours: the standard approach, ours, and ours without freezing (smoke).
+CONFIG_SETS = {
+    "section3": SECTION3_CONFIGS,
+    "all": ALL_CONFIGS,
+    "standard_vs_ours": tuple(EmbeddingConfig.from_name(n) for n in (
+        STANDARD, PROPOSED, "untied/in=pretrained,trainable/out=pretrained,trainable")),
+}
+BUCKETS = ((0, 0, "0"), (1, 5, "1-5"), (6, 50, "6-50"), (51, None, "51+"))
+_RUN_FIELDS = {f.name for f in fields(EmbeddingInitConfig)} - {"embedding", "seed", "domain", "unk_cutoff"}
+
+
+def grid_configs(configs: str | list[str], seeds: list[int], settings: list[str], section3_seeds: list[int] = (),
+                 **params) -> list[EmbeddingInitConfig]:
+    """Run configs of a grid: ``configs`` names a ``CONFIG_SETS`` grid or is a list of names, each run with
+    ``seeds``; the Section 3 configs among them also with ``section3_seeds`` (the paper's extra seeds).
+    ``params`` are the notebook's parameters: keys that are not run-config fields are ignored."""
+    names = [c.name for c in CONFIG_SETS[configs]] if isinstance(configs, str) else list(configs)
+    section3 = {c.name for c in SECTION3_CONFIGS}
+    run_params = {k: v for k, v in params.items() if k in _RUN_FIELDS}
+    return [EmbeddingInitConfig(embedding=name, seed=seed, **DATA_SETTINGS[setting], **run_params)
+            for setting in settings for name in names
+            for seed in dict.fromkeys([*seeds, *(section3_seeds if name in section3 else ())])]
+
+
+def setting_of(config: EmbeddingInitConfig) -> str:
+    return next(name for name, s in DATA_SETTINGS.items()
+                if (s["domain"], s["unk_cutoff"]) == (config.domain, config.unk_cutoff))
+
+
+def section(embedding: str | EmbeddingConfig) -> str:
+    """The paper's Table 1 section of a configuration (see the module docstring)."""
+    e = EmbeddingConfig.from_name(str(embedding))
+    if e.output_frozen:
+        return "(a) frozen random output" if e.output_init == "random" else "(b) frozen pretrained output"
+    if e.input_frozen and e.input_init == "random":
+        return "(c) frozen random input"
+    return "(d) various"
+
+
+def table_row(config: EmbeddingInitConfig, metrics: dict) -> dict:
+    """One tidy Table 1 row."""
+    e = EmbeddingConfig.from_name(config.embedding)
+    return dict(config=config.embedding, section=section(e), tied=e.tied, input_init=e.input_init,
+                input_frozen=e.input_frozen, output_init=e.output_init, output_frozen=e.output_frozen,
+                dataset=setting_of(config), seed=config.seed, valid_ppl=metrics["val_ppl"],
+                test_ppl=metrics["test_ppl"], epochs=metrics.get("epochs"), steps=metrics.get("steps"),
+                wall_s=metrics.get("train_wall_s"))
+
+
+def run_grid(configs: list[EmbeddingInitConfig]) -> pd.DataFrame:
+    """Train (or fetch from the run cache) every config; the tidy Table 1 DataFrame."""
+    return pd.DataFrame([table_row(config, run(config)) for config in configs])
+
+
+def mean_ppl(table: pd.DataFrame, column: str = "valid_ppl") -> pd.DataFrame:
+    """Mean over seeds: rows config, columns dataset."""
+    return table.groupby(["config", "dataset"])[column].mean().unstack("dataset")
+
+
+def section_figure(table: pd.DataFrame, title: str = "") -> plt.Figure:
+    """Validation perplexity per configuration (mean over seeds, bars; seeds as dots), grouped by section,
+    one panel per dataset."""
+    sns.set_theme(style="whitegrid")
+    datasets = sorted(table["dataset"].unique())
+    order = (table.groupby("config")["valid_ppl"].mean().rename("ppl").reset_index()
+             .assign(section=lambda d: d["config"].map(section)).sort_values(["section", "ppl"])["config"].tolist())
+    figure, axes = plt.subplots(1, len(datasets), figsize=(6 * len(datasets), 0.35 * len(order) + 1.5),
+                                sharey=True, squeeze=False)
+    for axis, dataset in zip(axes[0], datasets):
+        part = table[table["dataset"] == dataset]
+        sns.barplot(data=part, y="config", x="valid_ppl", hue="section", order=order, errorbar=None,
+                    dodge=False, ax=axis)
+        sns.stripplot(data=part, y="config", x="valid_ppl", order=order, color="black", size=3, ax=axis)
+        axis.set(title=f"{dataset}", xlabel="validation perplexity", ylabel="")
+        if axis is not axes[0][-1] and axis.get_legend() is not None:
+            axis.get_legend().remove()
+    figure.suptitle(title)
+    figure.tight_layout()
+    return figure
+
+
+def _pairs(names: list[str], change) -> list[tuple[str, str]]:
+    """(a, b) pairs of configs present where b = change(a)."""
+    present = set(names)
+    out = []
+    for name in names:
+        other = change(EmbeddingConfig.from_name(name))
+        if other is not None and other.name in present:
+            out.append((name, other.name))
+    return out
+
+
+def _with(e: EmbeddingConfig, **changes) -> EmbeddingConfig | None:
+    values = {**asdict(e), **changes}
+    try:
+        return EmbeddingConfig(**values)
+    except ValueError:
+        return None
+
+
+def _pretrained_version(e: EmbeddingConfig) -> EmbeddingConfig | None:
+    """The same config with every random side pretrained (None if it has no random side)."""
+    if "random" not in (e.input_init, e.output_init):
+        return None
+    return _with(e, input_init="pretrained", output_init="pretrained")
+
+
+def _frozen_input_version(e: EmbeddingConfig) -> EmbeddingConfig | None:
+    # Untied only: freezing a tied matrix freezes the output too, which is not "all else equal".
+    if e.tied or e.input_init != "pretrained" or e.input_frozen:
+        return None
+    return _with(e, input_frozen=True)
+
+
+def check_claims(table: pd.DataFrame) -> pd.DataFrame:
+    """The paper's five claims on ``table`` (``run_grid``'s DataFrame): claim, verdict, evidence."""
+    ppl = mean_ppl(table)
+    rows = []
+
+    def add(claim: str, verdict: str, evidence: str) -> None:
+        rows.append(dict(claim=claim, verdict=verdict, evidence=evidence))
+
+    def std(name: str) -> float:
+        return ppl.loc[name, "Std"] if "Std" in ppl and name in ppl.index else math.nan
+
+    std_names = ppl.index[ppl["Std"].notna()].tolist() if "Std" in ppl else []
+
+    # 1. pretrained beats random, all else equal
+    claim = "1. Std: pretrained beats random init (all but one pair)"
+    pairs = _pairs(std_names, _pretrained_version)
+    if pairs:
+        worse = [(r, p) for r, p in pairs if std(p) >= std(r)]
+        add(claim, "holds" if len(worse) <= 1 else "does not hold",
+            f"pretrained better in {len(pairs) - len(worse)}/{len(pairs)} pairs; "
+            + "; ".join(f"{r}: {std(r):.1f} vs {std(p):.1f}" for r, p in pairs))
+    else:
+        add(claim, "not run", "no random/pretrained pair in the grid")
+
+    # 2. freezing pretrained input embeddings is better
+    claim = "2. Std: freezing pretrained input embeddings is always better"
+    pairs = _pairs(std_names, _frozen_input_version)
+    if pairs:
+        better = [(t, f) for t, f in pairs if std(f) < std(t)]
+        add(claim, "holds" if len(better) == len(pairs) else "does not hold",
+            f"frozen better in {len(better)}/{len(pairs)} pairs; "
+            + "; ".join(f"{t}: {std(t):.1f} -> frozen {std(f):.1f}" for t, f in pairs))
+    else:
+        add(claim, "not run", "no trainable/frozen pretrained-input pair in the grid")
+
+    # 3. freezing the output embeddings is the worst choice
+    claim = "3. Std: frozen output embeddings are worse than every non-frozen-output config"
+    frozen_out = [n for n in std_names if EmbeddingConfig.from_name(n).output_frozen]
+    other = [n for n in std_names if not EmbeddingConfig.from_name(n).output_frozen]
+    if frozen_out and other:
+        best_frozen, worst_other = min(std(n) for n in frozen_out), max(std(n) for n in other)
+        add(claim, "holds" if best_frozen > worst_other else "does not hold",
+            f"best frozen-output {best_frozen:.1f} vs worst other {worst_other:.1f}")
+    else:
+        add(claim, "not run", "needs configs with and without frozen output embeddings")
+
+    # 4. tying helps with random input embeddings
+    claim = "4. Std: tying helps when embeddings are random"
+    untied = "untied/in=random,trainable/out=random,trainable"
+    if STANDARD in std_names and untied in std_names:
+        add(claim, "holds" if std(STANDARD) < std(untied) else "does not hold",
+            f"tied {std(STANDARD):.1f} vs untied {std(untied):.1f}")
+    else:
+        add(claim, "not run", f"needs {STANDARD} and {untied} on Std")
+
+    # 5. Rare: the proposed approach is best
+    claim = "5. Rare: untied, pretrained, frozen input (ours) is the best config"
+    if "Rare" in ppl and PROPOSED in ppl.index and not math.isnan(ppl.loc[PROPOSED, "Rare"]):
+        rare = ppl["Rare"].dropna().sort_values()
+        add(claim, "holds" if rare.index[0] == PROPOSED else "does not hold",
+            f"ours {rare[PROPOSED]:.1f} (rank {list(rare.index).index(PROPOSED) + 1}/{len(rare)}); "
+            f"best {rare.index[0]} {rare.iloc[0]:.1f}; standard {rare.get(STANDARD, math.nan):.1f}")
+    else:
+        add(claim, "not run", f"needs {PROPOSED} on Rare")
+    return pd.DataFrame(rows)
+
+
+@torch.no_grad()
+def bucket_losses(losses: torch.Tensor, targets: torch.Tensor, train_ids: torch.Tensor, vocab_size: int) -> pd.DataFrame:
+    """Mean loss, perplexity and token share per training-frequency bucket of the target word."""
+    counts = torch.bincount(train_ids.long(), minlength=vocab_size)[targets]  # (N,) training count per target
+    rows = []
+    for low, high, label in BUCKETS:
+        mask = (counts >= low) & ((counts <= high) if high is not None else torch.ones_like(counts, dtype=torch.bool))
+        n = int(mask.sum())
+        loss = losses[mask].double().mean().item() if n else math.nan
+        rows.append(dict(bucket=label, tokens=n, token_pct=100 * n / len(targets), loss=loss, ppl=math.exp(loss) if n else math.nan))
+    return pd.DataFrame(rows)
+
+
+def rare_word_table(configs: list[EmbeddingInitConfig], part: str = "test") -> pd.DataFrame:
+    """Loss by training-frequency bucket on ``part`` for each (already run) config: final weights."""
+    frames = []
+    for config in configs:
+        run(config)  # cached: makes sure the run exists
+        data = load_word_lm(config.domain, config.unk_cutoff, config.train_tokens, config.eval_tokens)
+        model, _ = build_model(config, data)
+        load_weights(model, get_run(STUDY, asdict(config)), "last")
+        losses, targets = per_token_losses(model, getattr(data, part), config.test_batch_size, config.bptt)
+        frames.append(bucket_losses(losses, targets, data.train, len(data.vocab)).assign(
+            config=config.embedding, dataset=setting_of(config), seed=config.seed))
+    return pd.concat(frames, ignore_index=True)
+
+
+def rare_word_figure(table: pd.DataFrame, title: str = "") -> plt.Figure:
+    """Perplexity per frequency bucket (log scale), one panel per dataset, hue = configuration."""
+    sns.set_theme(style="whitegrid")
+    datasets = sorted(table["dataset"].unique())
+    n_configs = table["config"].nunique()
+    figure, axes = plt.subplots(1, len(datasets), figsize=(5.5 * len(datasets), 3.5 + 0.25 * n_configs), squeeze=False)
+    for axis, dataset in zip(axes[0], datasets):
+        sns.barplot(data=table[table["dataset"] == dataset], x="bucket", y="ppl", hue="config", errorbar=None,
+                    order=[b[2] for b in BUCKETS], ax=axis)
+        axis.set(yscale="log", title=dataset, xlabel="training count of the target word", ylabel="perplexity")
+        axis.get_legend().remove()
+    # One legend below the panels: the config names are long.
+    handles, labels = axes[0][0].get_legend_handles_labels()
+    figure.legend(handles, labels, loc="lower center", ncol=1, frameon=False)
+    figure.suptitle(title)
+    figure.tight_layout(rect=(0, min(0.5, 0.07 * n_configs), 1, 1))
+    return figure
+
+
+__all__ = ["BUCKETS", "CONFIG_SETS", "PROPOSED", "STANDARD", "bucket_losses", "check_claims", "grid_configs",
+           "mean_ppl", "rare_word_figure", "rare_word_table", "run_grid", "section",
+           "section_figure", "table_row"]

@@ -1,0 +1,419 @@
+"""03_kronecker: Krony-PT (Ayoub 2024) at our scale: compress a small GPT-2's MLPs into Kronecker factors.
+
+The paper compresses GPT-2 small (124M) by replacing both MLP matrices of every block with Kronecker
+products (``lmstudy.models.kronecker``), in three size classes (96M, 81M, 67M), initialised with Van Loan,
+pruning or at random, then continues training and reports perplexity (wikitext, LAMBADA) against other
+compressed GPT-2s. We have no pretrained GPT-2, so the study pretrains its own small base and repeats the
+pipeline on it:
+
+1. ``base``: a small GPT-2 trained from scratch on our Wikipedia split (general English, wikitext-2 test
+   articles excluded by the split), with a byte-level BPE trained on the same documents (saved in the
+   base run, so every later stage reads the same ids).
+2. Size classes: our dims differ, so we keep the paper's *factor shapes*, not its parameter counts.
+   ``c_fc`` is ``(4d, d)`` in the paper's ``(out, in)`` orientation; the 96M class is ``B = (2, 1)``
+   (A = (2d, d): half the MLP), the 81M class ``B = (4, 1)`` (A = (d, d): a quarter), the 67M class a
+   balanced pair with both factors tiny (A's sides the divisors nearest the square roots). The size
+   reached by each is reported (``size_ratio``), beside the paper's 95/124, 81/124, 67/124.
+3. Each compressed model continues training on the base's data for ``finetune_steps`` (the same token
+   budget for every class and init).
+4. Evaluation (``evaluate``), before and after continued training, beside the base:
+   - wikitext-2 raw test: the articles joined with the eos token, BPE-encoded, cut to the first
+     ``wikitext_tokens`` targets, scored in non-overlapping windows of ``seq_len`` (``stream_loss``; every
+     token is predicted from its window's prefix only: no sliding-window context, so numbers are higher
+     than stride-1 evaluations).
+   - LAMBADA (OpenAI's detokenized test set, first ``lambada_examples`` passages): the context is the
+     passage without its last word, truncated to the last tokens that fit ``seq_len``; ``lambada_ppl`` is the
+     per-token perplexity of the last word's BPE tokens, ``lambada_acc`` the share of passages whose every
+     last-word token is the greedy prediction (the GPT-2 paper's accuracy, without stop-word filtering).
+5. The fair comparison: a dense GPT-2 of the same depth and width whose MLP hidden size is chosen so its
+   parameter count is closest to the compressed model's, trained from scratch on the *total* token budget
+   the compressed model saw (pretraining + continued training), with the same schedule.
+6. ``reconstruction_errors``: per layer, the Van Loan relative error ``||W - A ⊗ B|| / ||W||`` against the
+   Eckart–Young bound from the singular values of the rearranged ``R(W)`` (they coincide: Van Loan is
+   optimal, the plot checks it) and, as a reference, the best low-rank (truncated SVD) approximation of
+   ``W`` with at most as many parameters as the Kronecker pair.
+7. Table 6, left empty in the paper: 4 factors with and without scalars against 1 factor, Van Loan init,
+   the same continued-training budget (``table6_class``).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import pandas as pd
+import torch
+from transformers import GPT2Config, GPT2LMHeadModel
+
+from lmstudy.data import iter_documents
+from lmstudy.data.splits import split_documents
+from lmstudy.evaluation import stream_loss
+from lmstudy.lm_batches import LMTask
+from lmstudy.models.kronecker import (
+    KroneckerConfig, compress, count_parameters, factor_pair_parameters, gpt2_parameter_count, partner_shape,
+    van_loan,
+)
+from lmstudy.runs import Run, cached, get_run
+from lmstudy.tokenization import load_tokenizer, train_bpe
+from lmstudy.training import TrainConfig, load_weights, train
+
+STUDY = "03_kronecker"
+CLASSES = ("96M", "81M", "67M")
+PAPER_RATIOS = {"96M": 95 / 124, "81M": 81 / 124, "67M": 67 / 124}  # the paper's sizes over GPT-2's 124M
+
+
+@dataclass(frozen=True)
+class KronyStudyConfig:
+    # data and tokenizer
+    vocab_size: int
+    train_docs: int  # Wikipedia train documents (BPE and training text); 0 = all
+    valid_docs: int  # Wikipedia valid documents (early-stopping metric)
+    # base model
+    n_layer: int
+    n_head: int
+    n_embd: int
+    seq_len: int
+    batch_size: int
+    pretrain_steps: int
+    lr: float
+    # compression and continued training
+    classes: list = field(default_factory=lambda: list(CLASSES))
+    inits: list = field(default_factory=lambda: ["van_loan", "prune", "random"])
+    finetune_steps: int = 100
+    finetune_lr: float = 1e-3
+    eval_every: int = 50
+    table6_class: str = "67M"  # "" skips Table 6
+    table6_factors: int = 4
+    dense_baseline: bool = True
+    # evaluation
+    wikitext_tokens: int = 0  # 0 = the whole test set
+    lambada_examples: int = 0  # 0 = all 5,153
+    seed: int = 0
+
+    def base_config(self) -> dict:
+        keys = ("vocab_size", "train_docs", "valid_docs", "n_layer", "n_head", "n_embd", "seq_len", "batch_size",
+                "pretrain_steps", "lr", "seed")
+        return {key: getattr(self, key) for key in keys}
+
+
+# ---------------------------------------------------------------------------------------------------
+# Shapes
+# ---------------------------------------------------------------------------------------------------
+
+
+def _nearest_divisor(n: int, target: float) -> int:
+    return min((d for d in range(1, n + 1) if n % d == 0), key=lambda d: (abs(d - target), d))
+
+
+def class_a_shape(name: str, n_embd: int, n_inner: int | None = None) -> tuple[int, int]:
+    """A's shape for ``c_fc`` (paper orientation ``(out, in) = (4d, d)``) of a size class (module docstring)."""
+    out, inp = n_inner or 4 * n_embd, n_embd
+    if name == "96M":
+        return partner_shape((out, inp), (2, 1))  # B = (2, 1): A = (out/2, in)
+    if name == "81M":
+        return partner_shape((out, inp), (4, 1))  # B = (4, 1): A = (out/4, in)
+    if name == "67M":
+        return _nearest_divisor(out, math.sqrt(out)), _nearest_divisor(inp, math.sqrt(inp))
+    raise ValueError(f"unknown size class {name!r}; choose one of {', '.join(CLASSES)}")
+
+
+def gpt2_config(config: KronyStudyConfig, vocab_size: int, n_inner: int | None = None) -> GPT2Config:
+    return GPT2Config(
+        vocab_size=vocab_size, n_positions=config.seq_len, n_embd=config.n_embd, n_layer=config.n_layer,
+        n_head=config.n_head, n_inner=n_inner, bos_token_id=0, eos_token_id=0,
+    )
+
+
+def matched_dense_inner(model_config: GPT2Config, target_parameters: int) -> int:
+    """The MLP hidden size whose dense GPT-2 has the parameter count closest to ``target_parameters``."""
+    def size(inner: int) -> int:
+        return gpt2_parameter_count(GPT2Config(**{**model_config.to_dict(), "n_inner": inner}))
+    return min(range(1, 4 * model_config.n_embd + 1), key=lambda inner: abs(size(inner) - target_parameters))
+
+
+# ---------------------------------------------------------------------------------------------------
+# Data
+# ---------------------------------------------------------------------------------------------------
+
+
+def _encode_documents(tokenizer, texts: list[str]) -> torch.Tensor:
+    # Documents joined by the eos token (id 0), GPT-2's convention between documents.
+    ids: list[int] = []
+    for text in texts:
+        ids.extend(tokenizer(text)["input_ids"])
+        ids.append(tokenizer.eos_token_id)
+    return torch.tensor(ids, dtype=torch.long)
+
+
+def _wiki_texts(part: str, limit: int) -> list[str]:
+    return [doc.text for doc in split_documents("wikipedia", part, limit=limit or None)]
+
+
+@dataclass
+class StudyData:
+    tokenizer: object
+    train: torch.Tensor
+    valid: torch.Tensor
+    wikitext: torch.Tensor
+    lambada: list[tuple[list[int], list[int]]]  # (context ids, last-word ids)
+
+
+def load_data(config: KronyStudyConfig, tokenizer) -> StudyData:
+    pieces, n_tokens = [], 0
+    for doc in iter_documents("wikitext-2-raw"):
+        pieces.append(_encode_documents(tokenizer, [doc.text]))
+        n_tokens += pieces[-1].numel()
+        if config.wikitext_tokens and n_tokens > config.wikitext_tokens:
+            break  # enough articles: encode no more than the slice we score
+    wikitext = torch.cat(pieces)
+    if config.wikitext_tokens:
+        wikitext = wikitext[: config.wikitext_tokens + 1]
+    lambada = []
+    for doc in iter_documents("lambada", split="test", detokenized=True, limit=config.lambada_examples or None):
+        context, _, target = doc.text.rstrip().rpartition(" ")
+        lambada.append((tokenizer(context)["input_ids"], tokenizer(" " + target)["input_ids"]))
+    return StudyData(
+        tokenizer=tokenizer,
+        train=_encode_documents(tokenizer, _wiki_texts("train", config.train_docs)),
+        valid=_encode_documents(tokenizer, _wiki_texts("valid", config.valid_docs)),
+        wikitext=wikitext, lambada=lambada,
+    )
+
+
+# ---------------------------------------------------------------------------------------------------
+# Evaluation
+# ---------------------------------------------------------------------------------------------------
+
+
+@torch.no_grad()
+def lambada_scores(model: GPT2LMHeadModel, examples: list[tuple[list[int], list[int]]], seq_len: int) -> dict:
+    """Per-token perplexity of the last word and greedy last-word accuracy (module docstring)."""
+    model.eval()
+    total_loss, total_tokens, correct = 0.0, 0, 0
+    for context, target in examples:
+        ids = (context + target)[-seq_len:]  # keep the target whole, truncate the context on the left
+        n_target = len(target)
+        x = torch.tensor(ids[:-1])[None]  # (1, T-1)
+        logits = model(input_ids=x).logits[0, -n_target:]  # (n_target, vocab): the positions predicting the target
+        y = torch.tensor(ids[-n_target:])  # (n_target,)
+        total_loss += torch.nn.functional.cross_entropy(logits, y, reduction="sum").item()
+        total_tokens += n_target
+        correct += int(bool((logits.argmax(-1) == y).all()))
+    return {"lambada_ppl": math.exp(total_loss / total_tokens), "lambada_acc": correct / len(examples)}
+
+
+def evaluate(model: GPT2LMHeadModel, data: StudyData, config: KronyStudyConfig) -> dict:
+    wikitext_loss = stream_loss(model, data.wikitext, config.seq_len, config.batch_size)
+    return {"wikitext_ppl": math.exp(wikitext_loss), **lambada_scores(model, data.lambada, config.seq_len)}
+
+
+# ---------------------------------------------------------------------------------------------------
+# Runs
+# ---------------------------------------------------------------------------------------------------
+
+
+def _train(model, data: StudyData, config: KronyStudyConfig, run: Run, steps: int, lr: float) -> dict:
+    task = LMTask(data.train, data.valid, batch_size=config.batch_size, seq_len=config.seq_len, seed=config.seed)
+    train_config = TrainConfig(
+        max_steps=steps, lr=lr, lr_schedule="cosine", warmup_steps=max(1, steps // 20),
+        eval_every=min(config.eval_every, steps), checkpoint_every=min(config.eval_every, steps),
+        seed=config.seed, log_every=max(1, steps // 10),
+    )
+    metrics = train(model, task, train_config, run)
+    load_weights(model, run, "best")
+    return metrics
+
+
+def _base_run_config(config: KronyStudyConfig) -> dict:
+    return {"stage": "base", **config.base_config()}
+
+
+def base_run(config: KronyStudyConfig) -> Run:
+    return get_run(STUDY, _base_run_config(config))
+
+
+def pretrain_base(config: KronyStudyConfig) -> dict:
+    """Stage 1 (cached): the BPE (saved in the run folder) and the pretrained dense base, evaluated."""
+    def fn(run: Run) -> dict:
+        tokenizer = train_bpe(_wiki_texts("train", config.train_docs), config.vocab_size)
+        tokenizer.save_pretrained(str(run.path / "tokenizer"))
+        data = load_data(config, tokenizer)
+        torch.manual_seed(config.seed)
+        model = GPT2LMHeadModel(gpt2_config(config, len(tokenizer)))
+        metrics = _train(model, data, config, run, config.pretrain_steps, config.lr)
+        return {**metrics, **evaluate(model, data, config), "parameters": count_parameters(model),
+                "vocab_size": len(tokenizer), "train_tokens": data.train.numel()}
+
+    return cached(STUDY, _base_run_config(config), fn)
+
+
+# Encoded data per (base run, evaluation slice): every stage of one notebook reads the same ids, so we
+# encode them once per process instead of once per run.
+_DATA: dict[tuple, StudyData] = {}
+
+
+def load_base(config: KronyStudyConfig) -> tuple[GPT2LMHeadModel, StudyData]:
+    """The trained base model (best weights) and the study data encoded with its BPE."""
+    pretrain_base(config)
+    run = base_run(config)
+    key = (str(run.path), config.wikitext_tokens, config.lambada_examples)
+    if key not in _DATA:
+        _DATA[key] = load_data(config, load_tokenizer(run.path / "tokenizer"))
+    data = _DATA[key]
+    model = GPT2LMHeadModel(gpt2_config(config, len(data.tokenizer)))
+    load_weights(model, run, "best")
+    return model, data
+
+
+def compressed_run(config: KronyStudyConfig, size_class: str, init: str, n_factors: int = 1,
+                   scalars: bool = False) -> dict:
+    """Stages 2-4 (cached): compress the base, evaluate, continue training, evaluate again."""
+    run_config = {"stage": "compressed", "base": config.base_config(), "class": size_class, "init": init,
+                  "n_factors": n_factors, "scalars": scalars, "finetune_steps": config.finetune_steps,
+                  "finetune_lr": config.finetune_lr, "eval_every": config.eval_every,
+                  "wikitext_tokens": config.wikitext_tokens, "lambada_examples": config.lambada_examples}
+
+    def fn(run: Run) -> dict:
+        model, data = load_base(config)
+        base_parameters = count_parameters(model)
+        kron = KroneckerConfig(a_shape=class_a_shape(size_class, config.n_embd), n_factors=n_factors, scalars=scalars)
+        compress(model, kron, init, generator=torch.Generator().manual_seed(config.seed))
+        before = {f"before_{key}": value for key, value in evaluate(model, data, config).items()}
+        metrics = _train(model, data, config, run, config.finetune_steps, config.finetune_lr)
+        return {**metrics, **before, **evaluate(model, data, config), "parameters": count_parameters(model),
+                "size_ratio": count_parameters(model) / base_parameters, "a_shape": list(kron.a_shape)}
+
+    return cached(STUDY, run_config, fn)
+
+
+def dense_baseline_run(config: KronyStudyConfig, target_parameters: int) -> dict:
+    """Stage 5 (cached): a dense GPT-2 with ~``target_parameters``, from scratch, on the total token budget."""
+    run_config = {"stage": "dense", "base": config.base_config(), "target_parameters": target_parameters,
+                  "finetune_steps": config.finetune_steps, "eval_every": config.eval_every,
+                  "wikitext_tokens": config.wikitext_tokens, "lambada_examples": config.lambada_examples}
+
+    def fn(run: Run) -> dict:
+        _, data = load_base(config)
+        model_config = gpt2_config(config, len(data.tokenizer))
+        inner = matched_dense_inner(model_config, target_parameters)
+        torch.manual_seed(config.seed)
+        model = GPT2LMHeadModel(gpt2_config(config, len(data.tokenizer), n_inner=inner))
+        metrics = _train(model, data, config, run, config.pretrain_steps + config.finetune_steps, config.lr)
+        return {**metrics, **evaluate(model, data, config), "parameters": count_parameters(model), "n_inner": inner}
+
+    return cached(STUDY, run_config, fn)
+
+
+RESULT_COLUMNS = ["model", "class", "init", "parameters", "size_ratio", "paper_ratio",
+                  "before_wikitext_ppl", "wikitext_ppl", "before_lambada_ppl", "lambada_ppl",
+                  "before_lambada_acc", "lambada_acc"]
+
+
+def results_table(config: KronyStudyConfig) -> pd.DataFrame:
+    """Every model of stages 1-5 as one row (training happens here, through the run cache)."""
+    base = pretrain_base(config)
+    rows = [{"model": "base (dense)", "class": "", "init": "", "parameters": base["parameters"], "size_ratio": 1.0,
+             **{key: base[key] for key in ("wikitext_ppl", "lambada_ppl", "lambada_acc")}}]
+    for size_class in config.classes:
+        sizes = []
+        for init in config.inits:
+            metrics = compressed_run(config, size_class, init)
+            sizes.append(metrics["parameters"])
+            rows.append({"model": "Krony", "class": size_class, "init": init,
+                         "paper_ratio": PAPER_RATIOS[size_class],
+                         **{key: metrics[key] for key in RESULT_COLUMNS if key in metrics}})
+        if config.dense_baseline and sizes:
+            metrics = dense_baseline_run(config, sizes[0])
+            rows.append({"model": f"dense, same size (n_inner={metrics['n_inner']})", "class": size_class,
+                         "init": "scratch", "parameters": metrics["parameters"],
+                         "size_ratio": metrics["parameters"] / base["parameters"],
+                         **{key: metrics[key] for key in ("wikitext_ppl", "lambada_ppl", "lambada_acc")}})
+    return pd.DataFrame(rows).reindex(columns=RESULT_COLUMNS)
+
+
+def table6(config: KronyStudyConfig) -> pd.DataFrame:
+    """Stage 7: the paper's empty Table 6 (Van Loan init, ``table6_class`` shapes, same continued training)."""
+    rows = []
+    for n_factors, scalars in ((1, False), (config.table6_factors, False), (config.table6_factors, True)):
+        metrics = compressed_run(config, config.table6_class, "van_loan", n_factors, scalars)
+        rows.append({"factors": n_factors, "scalars": scalars, "parameters": metrics["parameters"],
+                     **{key: metrics[key] for key in ("before_wikitext_ppl", "wikitext_ppl", "lambada_ppl",
+                                                      "lambada_acc")}})
+    return pd.DataFrame(rows)
+
+
+# ---------------------------------------------------------------------------------------------------
+# Reconstruction error (stage 6)
+# ---------------------------------------------------------------------------------------------------
+
+
+def reconstruction_errors(model: GPT2LMHeadModel, classes: list[str]) -> pd.DataFrame:
+    """Per block, MLP matrix and size class: the rank-1 Van Loan error and its references (docstring, 6)."""
+    rows = []
+    n_embd = model.config.n_embd
+    for index, block in enumerate(model.transformer.h):
+        for matrix in ("c_fc", "c_proj"):
+            weight = getattr(block.mlp, matrix).weight.detach().T.double()  # HF (in, out) -> paper (out, in)
+            norm = weight.norm()
+            for size_class in classes:
+                kron = KroneckerConfig(a_shape=class_a_shape(size_class, n_embd, model.config.n_inner))
+                a_shape = kron.a_shape_for(matrix)
+                b_shape = partner_shape(tuple(weight.shape), a_shape)
+                a, b = van_loan(weight, a_shape, b_shape)
+                error = (weight - torch.kron(a[0], b[0])).norm() / norm
+                (p, q), (r, t) = a_shape, b_shape
+                rearranged = weight.reshape(p, r, q, t).permute(0, 2, 1, 3).reshape(p * q, r * t)
+                sigma = torch.linalg.svdvals(rearranged)
+                bound = sigma[1:].norm() / norm  # Eckart–Young: the best rank-1 approximation of R(W)
+                # Truncated SVD of W itself with at most the pair's parameter count (k * (out + in) <= p*q + r*t).
+                k = factor_pair_parameters(a_shape, b_shape) // sum(weight.shape)
+                singular = torch.linalg.svdvals(weight)
+                lowrank = singular[k:].norm() / norm
+                rows.append({"layer": index, "matrix": matrix, "class": size_class,
+                             "van_loan_error": error.item(), "svd_bound": bound.item(),
+                             "lowrank_same_params_error": lowrank.item(), "lowrank_rank": k})
+    return pd.DataFrame(rows)
+
+
+def plot_reconstruction(errors: pd.DataFrame, title: str = ""):
+    """Van Loan error per layer (markers) against the SVD bound (line), one panel per MLP matrix."""
+    import matplotlib.pyplot as plt
+    import seaborn as sns
+
+    sns.set_theme(style="whitegrid")
+    frame = errors.assign(position=errors["layer"])
+    figure, axes = plt.subplots(1, 2, figsize=(9, 3.5), sharey=True)
+    for axis, matrix in zip(axes, ("c_fc", "c_proj")):
+        part = frame[frame["matrix"] == matrix]
+        sns.lineplot(data=part, x="position", y="svd_bound", hue="class", ax=axis, legend=False)
+        sns.scatterplot(data=part, x="position", y="van_loan_error", hue="class", marker="o", s=50, ax=axis)
+        sns.scatterplot(data=part, x="position", y="lowrank_same_params_error", hue="class", marker="x", s=50,
+                        ax=axis, legend=False)
+        axis.set(xlabel="block", ylabel="relative Frobenius error", title=f"mlp.{matrix}")
+        axis.set_xticks(sorted(part["position"].unique()))
+    figure.suptitle(title or "Van Loan (o) vs SVD bound (line) vs low-rank, same parameters (x)")
+    figure.tight_layout()
+    return figure
+
+
+def plot_results(results: pd.DataFrame, title: str = ""):
+    """Wikitext perplexity before/after continued training for every compressed model, base and dense lines."""
+    import matplotlib.pyplot as plt
+    import seaborn as sns
+
+    sns.set_theme(style="whitegrid")
+    krony = results[results["model"] == "Krony"]
+    long = pd.concat([
+        krony.assign(stage="after compression", ppl=krony["before_wikitext_ppl"]),
+        krony.assign(stage="after continued training", ppl=krony["wikitext_ppl"]),
+    ])
+    long = long.assign(label=long["class"] + " " + long["init"])
+    figure, axis = plt.subplots(figsize=(8, 3.8))
+    sns.barplot(data=long, x="label", y="ppl", hue="stage", ax=axis)
+    base = results[results["model"] == "base (dense)"]["wikitext_ppl"].iloc[0]
+    axis.axhline(base, color="black", linestyle="--", label="base")
+    axis.set(xlabel="", ylabel="wikitext-2 raw test perplexity (our BPE)", title=title)
+    axis.tick_params(axis="x", rotation=30)
+    axis.legend()
+    figure.tight_layout()
+    return figure

@@ -1,0 +1,125 @@
+"""Table, claim and rare-word builders of notebook 01_embedding_init (lmstudy.studies.embedding_tables)."""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+
+import matplotlib.pyplot as plt
+import pandas as pd
+import pytest
+import torch
+
+from lmstudy.models.awd_lstm import AWDLSTM, AWDLSTMConfig, carried_state_loss, per_token_losses
+from lmstudy.models.embedding_config import ALL_CONFIGS, EmbeddingConfig
+from lmstudy.scales import PRESETS, SCALES
+from lmstudy.studies import embedding_init as study
+from lmstudy.studies import embedding_tables as tables
+
+UNTIED_RANDOM = "untied/in=random,trainable/out=random,trainable"
+
+
+def test_sections_follow_the_paper():
+    counts = Counter(tables.section(c) for c in ALL_CONFIGS)
+    assert counts == {"(a) frozen random output": 5, "(b) frozen pretrained output": 5,
+                      "(c) frozen random input": 2, "(d) various": 8}
+    assert tables.section("tied/random,frozen").startswith("(a)")
+    assert tables.section("untied/in=random,frozen/out=pretrained,trainable").startswith("(c)")
+    assert tables.section(tables.PROPOSED).startswith("(d)")
+
+
+def test_grid_configs_keep_run_fields_and_every_preset_builds():
+    for scale in SCALES:
+        params = PRESETS[study.STUDY][scale]
+        grid = tables.grid_configs(**params)
+        configs = params["configs"]
+        n_configs = len(tables.CONFIG_SETS[configs]) if isinstance(configs, str) else len(configs)
+        extra = len(params["section3_seeds"]) * (6 if configs in ("all", "section3") else 0)
+        assert len(grid) == (n_configs * len(params["seeds"]) + extra) * len(params["settings"])
+        assert grid[0].emb_size == params["emb_size"]
+        # make_config ignores the notebook-only keys of the preset
+        assert study.make_config(tables.STANDARD, scale).emb_size == params["emb_size"]
+    rare = tables.grid_configs(configs=[tables.PROPOSED], seeds=[3], settings=["Rare"], emb_size=8)[0]
+    assert (rare.embedding, rare.seed, rare.emb_size, tables.setting_of(rare)) == (tables.PROPOSED, 3, 8, "Rare")
+    grid = tables.grid_configs(configs=[tables.PROPOSED, "tied/random,frozen"], seeds=[0], settings=["Std"],
+                               section3_seeds=[0, 1])
+    assert [(c.embedding, c.seed) for c in grid] == [(tables.PROPOSED, 0), (tables.PROPOSED, 1), ("tied/random,frozen", 0)]
+
+
+def _synthetic_table(std: dict[str, float], rare: dict[str, float] | None = None) -> pd.DataFrame:
+    rows = []
+    for dataset, values in (("Std", std), ("Rare", rare or {})):
+        for name, ppl in values.items():
+            config = study.EmbeddingInitConfig(embedding=name, **study.DATA_SETTINGS[dataset])
+            rows.append(tables.table_row(config, {"val_ppl": ppl, "test_ppl": ppl + 1, "epochs": 1}))
+    return pd.DataFrame(rows)
+
+
+def _paper_like_ppl() -> dict[str, float]:
+    """A full grid where the paper's claims hold: frozen outputs worst, pretrained and frozen input best."""
+    ppl = {}
+    for c in ALL_CONFIGS:
+        value = 100.0
+        value += 500 if c.output_frozen else 0
+        value += 20 if c.input_frozen and c.input_init == "random" else 0
+        value -= 10 * (c.input_init == "pretrained") + 5 * (c.output_init == "pretrained")
+        value -= 3 if c.input_frozen and c.input_init == "pretrained" else 0
+        value -= 4 if c.tied and c.input_init == "random" else 0
+        ppl[c.name] = value
+    return ppl
+
+
+def test_claims_hold_on_a_paper_like_grid_and_fail_when_broken():
+    std = _paper_like_ppl()
+    rare = dict(std)
+    rare[tables.PROPOSED] = 50.0
+    claims = tables.check_claims(_synthetic_table(std, rare)).set_index("claim")["verdict"]
+    assert list(claims) == ["holds"] * 5
+
+    broken = dict(std)
+    broken[tables.STANDARD] = 200.0  # tying now hurts; random beats pretrained in one more pair
+    broken["tied/pretrained,trainable"] = 300.0  # two pairs against pretrained
+    broken["untied/in=pretrained,trainable/out=pretrained,trainable"] = 300.0
+    broken["untied/in=pretrained,frozen/out=random,trainable"] = 1000.0  # freezing input hurts, worst config
+    rare_broken = dict(rare)
+    rare_broken[tables.STANDARD] = 10.0
+    verdicts = list(tables.check_claims(_synthetic_table(broken, rare_broken))["verdict"])
+    assert verdicts == ["does not hold", "does not hold", "does not hold", "does not hold", "does not hold"]
+
+
+def test_claims_not_run_when_configs_are_missing():
+    table = _synthetic_table({tables.STANDARD: 100.0})
+    claims = tables.check_claims(table)
+    assert list(claims["verdict"]) == ["not run"] * 5
+    table = _synthetic_table({tables.STANDARD: 100.0, UNTIED_RANDOM: 120.0})
+    assert tables.check_claims(table)["verdict"].tolist()[3] == "holds"
+
+
+def test_per_token_losses_match_carried_state_loss_and_buckets():
+    torch.manual_seed(0)
+    model = AWDLSTM(AWDLSTMConfig(vocab_size=30, emb_size=8, hidden_size=12, n_layers=2))
+    ids = torch.randint(0, 30, (203,))
+    losses, targets = per_token_losses(model, ids, batch_size=4, bptt=7)
+    assert losses.shape == targets.shape == (200 - 4,)  # batchify drops 3; each row loses its last target
+    assert losses.double().mean().item() == pytest.approx(carried_state_loss(model, ids, 4, 7), rel=1e-6)
+
+    train = torch.tensor([1] * 60 + [2] * 10 + [3] * 2)  # counts: 1 -> 60, 2 -> 10, 3 -> 2, others 0
+    buckets = tables.bucket_losses(torch.tensor([1.0, 2.0, 3.0, 4.0, 5.0]), torch.tensor([0, 3, 3, 2, 1]),
+                                   train, vocab_size=5).set_index("bucket")
+    assert buckets["tokens"].tolist() == [1, 2, 1, 1]
+    assert buckets.loc["1-5", "loss"] == pytest.approx(2.5)
+    assert buckets.loc["51+", "ppl"] == pytest.approx(math.exp(5.0))
+    assert buckets["token_pct"].sum() == pytest.approx(100.0)
+
+
+def test_figures_build():
+    std = _paper_like_ppl()
+    figure = tables.section_figure(_synthetic_table(std, std), title="t")
+    assert len(figure.axes) == 2
+    plt.close(figure)
+    rare = pd.DataFrame([dict(bucket=b[2], ppl=10.0 + i, config=c, dataset=d)
+                         for i, b in enumerate(tables.BUCKETS) for c in ("a", "b") for d in ("Std", "Rare")])
+    figure = tables.rare_word_figure(rare)
+    assert len(figure.axes) == 2
+    plt.close(figure)
+    assert EmbeddingConfig.from_name(tables.PROPOSED).input_frozen
