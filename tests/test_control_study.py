@@ -7,11 +7,8 @@ import math
 import matplotlib.pyplot as plt
 import pandas as pd
 import pytest
-import torch
 
 from lmstudy.control.attribution import attribution_table
-from lmstudy.control.data import CodedTexts
-from lmstudy.control.model import ControlConfig, fit, load_control_model
 from lmstudy.control.sampling import SamplingConfig
 from lmstudy.control.study import (
     EMPTY,
@@ -28,26 +25,7 @@ from lmstudy.control.study import (
     side_by_side,
     train_domain_classifier,
 )
-from lmstudy.runs import get_run
-from tests.test_control import ALPHA, BETA, synthetic_texts
-
-torch.set_num_threads(1)
-
-
-@pytest.fixture(scope="module")
-def trained(tmp_path_factory):
-    texts = CodedTexts(
-        train={"Alpha": synthetic_texts(ALPHA, 60, 1), "Beta": synthetic_texts(BETA, 60, 2)},
-        valid={"Alpha": synthetic_texts(ALPHA, 4, 3), "Beta": synthetic_texts(BETA, 4, 4)},
-    )
-    config = ControlConfig(vocab_size=300, n_layer=1, n_head=2, n_embd=32, seq_len=32, batch_size=8,
-                           max_steps=60, eval_every=30, lr=5e-3, lr_schedule="constant", seed=0)
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("LMSTUDY_RUNS", str(tmp_path_factory.mktemp("runs")))
-        run = get_run("test_control_study", {"synthetic": 1})
-        fit(config, texts, run)
-    return load_control_model(run.path / "model"), texts
-
+from tests.test_control import ALPHA, BETA, trained  # noqa: F401  (trained: fixture, the tiny two-domain model)
 
 def test_repetition_stats_by_hand():
     stats = repetition_stats([1, 2, 3, 4, 1, 2, 3, 4])
@@ -60,7 +38,7 @@ def test_repetition_stats_by_hand():
 
 
 def test_perplexity_is_lowest_with_the_right_code(trained):
-    loaded, texts = trained
+    loaded, _, texts, _ = trained
     table = code_perplexity_table(loaded.model, loaded.tokenizer, texts.valid, seq_len=32)
     assert table["domain"].tolist() == ["Alpha", "Beta"]
     assert (table["right_code"] < table["wrong_code_mean"]).all()
@@ -85,13 +63,13 @@ def test_attribution_summary_and_confusion_matrix():
 
 
 def test_attribution_on_the_tiny_model_is_perfect(trained):
-    loaded, texts = trained
+    loaded, _, texts, _ = trained
     summary = attribution_summary(attribution_table(loaded.model, loaded.tokenizer, texts.valid))
     assert summary.set_index("true_code").loc["all", "top1"] == 1.0
 
 
 def test_side_by_side_and_controllability(trained):
-    loaded, texts = trained
+    loaded, _, texts, _ = trained
     table = side_by_side(loaded.model, loaded.tokenizer, "pear", ["Alpha", "Beta"],
                          SamplingConfig(greedy=True), max_new_tokens=12)
     assert table["code"].tolist() == ["Alpha", "Beta"] and (table["prompt"] == "pear").all()
@@ -110,7 +88,7 @@ def test_side_by_side_and_controllability(trained):
 
 
 def test_repetition_sweep_penalty_reduces_repetition(trained):
-    loaded, _ = trained
+    loaded, *_ = trained
     settings = decoding_settings(thetas=(1.0, 3.0))
     assert list(settings) == ["greedy", "greedy + ctrl θ=1", "greedy + ctrl θ=3", "greedy + hf θ=1.2",
                               "nucleus p=0.9"]
