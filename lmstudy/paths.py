@@ -7,9 +7,10 @@ in CI and on a GPU box:
   ``shared/data`` folder beside the checkout when it exists, else ``~/.cache/lmstudy/data``.
 - ``LMSTUDY_RUNS``: the run cache (checkpoints, metrics, executed notebooks). Default: ``runs/``.
 - ``LMSTUDY_FIGURES``: figures and tables. Default: ``figures/``.
+- ``LMSTUDY_MODELS``: small models we commit (the app's demo checkpoint). Default: ``models/``.
 
-Only the published scale (``cpu``) writes into ``figures/`` itself; ``smoke`` and ``paper`` runs
-write into ``figures/<scale>/`` so a CI smoke run never overwrites a published figure.
+Only the published scale (``cpu``) writes into ``figures/`` and ``models/`` themselves; ``smoke`` and
+``paper`` runs write into ``<folder>/<scale>/`` so a CI smoke run never overwrites a published result.
 """
 
 from __future__ import annotations
@@ -36,13 +37,23 @@ def runs_dir() -> Path:
 PUBLISHED_SCALE = "cpu"
 
 
-def figures_dir(scale: str | None = None) -> Path:
-    """Where figures go: ``figures/`` for the published scale (or no scale), else ``figures/<scale>/``."""
-    path = Path(os.environ.get("LMSTUDY_FIGURES", REPO_ROOT / "figures")).expanduser()
+def _published_or_scaled(variable: str, default: Path, scale: str | None) -> Path:
+    """``default`` (or ``$variable``) for the published scale or no scale, else its ``<scale>/`` subfolder."""
+    path = Path(os.environ.get(variable, default)).expanduser()
     if scale not in (None, PUBLISHED_SCALE):
         path = path / scale
     path.mkdir(parents=True, exist_ok=True)
     return path
+
+
+def figures_dir(scale: str | None = None) -> Path:
+    """Where figures go: ``figures/`` for the published scale (or no scale), else ``figures/<scale>/``."""
+    return _published_or_scaled("LMSTUDY_FIGURES", REPO_ROOT / "figures", scale)
+
+
+def models_dir(scale: str | None = None) -> Path:
+    """Where committed models go: ``models/`` for the published scale (or no scale), else ``models/<scale>/``."""
+    return _published_or_scaled("LMSTUDY_MODELS", REPO_ROOT / "models", scale)
 
 
 def notebooks_dir() -> Path:
