@@ -29,8 +29,9 @@ the text itself (their Table 7): ``Reviews Rating: 5.0``, ``Links Title: ... Tex
   Questions    nltk ``qc`` (TREC)           ``Q: ...``                    qc ``train`` / ``test``
                                                                           (valid = last 10% of train)
   Translation  Multi30k en-de pairs         ``English: ... ; German: ...`` ``val`` / ``test_2016_flickr``
-  r/<sub>      ``reddit`` split, one code   ``Title: <root text> Text:    split valid / test
-               per subreddit                <replies>``
+  r/<sub>      ``reddit`` split, one code   ``Title: <root text> Text:    split valid + test
+               per subreddit (train +       <replies>``                   (for both: see below)
+               pretrain)
   ============ ============================ ============================= ===========================
 
 - IMDB ratings (1-4 and 7-10 in the corpus) map to five levels as ``ceil(rating / 2)``: 1-2 -> 1.0,
@@ -38,6 +39,11 @@ the text itself (their Table 7): ``Reviews Rating: 5.0``, ``Links Title: ... Tex
   written without a ``Rating:`` line.
 - Reddit's ``extra`` file is not a subreddit and gets no code. Our copy has 13 subreddits
   (:data:`SUBREDDITS`); the paper had many more (and ``r/AskReddit``-style codes).
+- Subreddits are small in the shared reddit split, which puts most threads in its ``pretrain`` part (the
+  Welch study's pretraining text, which this study does not otherwise use): r/compsci has 30 train and no
+  valid threads. So a subreddit code trains on the split's ``train`` + ``pretrain`` threads, and its
+  held-out part is ``valid`` + ``test`` together (3 to 160 threads; the ``valid`` and ``test`` parts of a
+  subreddit code are the same documents). Training and held-out threads stay disjoint.
 - A Reddit document is a conversation tree whose first line is its root (a submission title or a
   comment): that line is the ``Title:``, the replies are the ``Text:``.
 """
@@ -173,6 +179,7 @@ def _qc_questions(part: str, limit: int | None) -> Iterator[Document]:
 
 
 MULTI30K_PART = {"train": "train", "valid": "val", "test": "test_2016_flickr"}
+SUBREDDIT_PARTS = {"train": ("train", "pretrain"), "valid": ("valid", "test"), "test": ("valid", "test")}
 
 
 def code_documents(name: str, part: str, limit: int | None = None) -> Iterator[Document]:
@@ -192,15 +199,16 @@ def code_documents(name: str, part: str, limit: int | None = None) -> Iterator[D
     if code.subreddit is None:
         yield from split_documents(domain, part, limit=limit)
         return
-    # One subreddit of the reddit split: the split streams every subreddit, so filter (this reads
-    # the reddit archive up to the subreddit's last file).
+    # One subreddit of the reddit split (parts merged as the module docstring says): the split streams
+    # every subreddit, so filter.
     count = 0
-    for document in split_documents(domain, part):
-        if limit is not None and count >= limit:
-            return
-        if document.label == code.subreddit:
-            count += 1
-            yield document
+    for split_part in SUBREDDIT_PARTS[part]:
+        for document in split_documents(domain, split_part):
+            if limit is not None and count >= limit:
+                return
+            if document.label == code.subreddit:
+                count += 1
+                yield document
 
 
 def code_texts(name: str, part: str, limit: int | None = None) -> list[str]:
