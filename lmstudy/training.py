@@ -23,8 +23,12 @@ The task contract (subclass ``TrainTask``):
   adopts it, and checkpoints record its class, hyperparameters and state. ``state.history``
   lists every evaluation so far, so such decisions need no state of the task's own (attributes
   of the task are not checkpointed).
+- ``eval_weights(model)`` (optional): a context manager inside which the model holds the weights
+  to evaluate *and* to keep as ``best/`` (AWD-LSTM: ASGD's running averages once it has switched);
+  by default the model's own weights. Evaluation and the best-weights save both run inside it, so
+  ``best/`` always holds the weights its validation score was measured with.
 - ``task.optimizer`` is set by the loop to the optimizer in use (also after a resume or a
-  switch), e.g. for ``evaluate`` to swap in ASGD's averaged weights.
+  switch), e.g. for ``eval_weights`` to swap in ASGD's averaged weights.
 
 Decisions:
 
@@ -64,6 +68,7 @@ Log records (``log.jsonl``, one JSON object a line): ``{"kind": "train", "step",
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import inspect
 import itertools
@@ -174,6 +179,9 @@ class TrainTask:
 
     def on_eval(self, state: TrainState, metrics: dict[str, float], optimizer) -> torch.optim.Optimizer | None:
         return None
+
+    def eval_weights(self, model) -> contextlib.AbstractContextManager:
+        return contextlib.nullcontext()
 
 
 # --------------------------------------------------------------------------------------------
@@ -506,9 +514,13 @@ def train(model: torch.nn.Module, task: TrainTask, config: TrainConfig, run: Run
 
     def evaluate(periodic: bool) -> dict:
         model.eval()
-        with torch.no_grad():
+        with torch.no_grad(), task.eval_weights(unwrapped):
             metrics = {k: float(v) for k, v in task.evaluate(unwrapped).items()}
+            _track_best(metrics, periodic)
         model.train()
+        return metrics
+
+    def _track_best(metrics: dict, periodic: bool) -> None:
         state.last_eval_step, state.last_metrics = state.step, metrics
         state.history.append({"step": state.step, **metrics})
         log({"kind": "eval", "step": state.step, "epoch": state.epoch, **metrics})
@@ -516,7 +528,7 @@ def train(model: torch.nn.Module, task: TrainTask, config: TrainConfig, run: Run
         if name not in metrics:
             if config.early_stopping_patience is not None:
                 raise KeyError(f"early stopping watches {name!r} but evaluate() returned only {sorted(metrics)}")
-            return metrics
+            return
         if state.best_metric is None or metrics[name] < state.best_metric:  # NaN never improves
             state.best_metric, state.best_step, state.best_metrics = metrics[name], state.step, metrics
             state.evals_since_best = 0
@@ -528,7 +540,6 @@ def train(model: torch.nn.Module, task: TrainTask, config: TrainConfig, run: Run
             # The final evaluation (periodic=False) only tracks the best; training is over anyway.
             if periodic and patience is not None and state.evals_since_best >= patience:
                 state.stopped_early = True
-        return metrics
 
     def save_checkpoint() -> None:
         nonlocal saved_at

@@ -12,7 +12,7 @@ from lmstudy.models.awd_lstm import (AWDLSTM, AWDLSTMConfig, AWDLSTMTask, averag
                                      carried_state_loss, embedding_dropout, locked_dropout)
 from lmstudy.models.embedding_config import ALL_CONFIGS, SECTION3_CONFIGS, EmbeddingConfig, apply_embedding_config
 from lmstudy.runs import get_run, read_log_records
-from lmstudy.training import TrainConfig, build_optimizer, latest_checkpoint, train
+from lmstudy.training import TrainConfig, build_optimizer, latest_checkpoint, load_weights, train
 
 VOCAB, EMB = 40, 6
 
@@ -252,6 +252,10 @@ def test_a_stalling_validation_switches_to_asgd_and_evaluates_the_averages():
     assert all(torch.equal(p, w) for p, w in zip(model.parameters(), weights))
     assert metrics["val_loss"] == pytest.approx(averaged, rel=1e-9)
     assert carried_state_loss(model, task.valid_ids, 2, 10) != pytest.approx(averaged, rel=1e-9)
+    # best/ holds the weights the best validation loss was measured with (the averages under ASGD).
+    best = tiny()
+    load_weights(best, run, "best")
+    assert carried_state_loss(best, task.valid_ids, 2, 10) == pytest.approx(metrics["best_val_loss"], rel=1e-6)
 
 
 class CrashingTask(AWDLSTMTask):

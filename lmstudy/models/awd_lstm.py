@@ -293,9 +293,13 @@ class AWDLSTMTask(TrainTask):
             return self.valid_ids
         return self.valid_ids[: self.max_eval_tokens + 1]
 
+    def eval_weights(self, model):
+        # Evaluation and the loop's best/ weights use ASGD's averages once it has switched (awd-lstm-lm
+        # evaluates and saves the averaged model).
+        return averaged_weights(model, self.optimizer)
+
     def evaluate(self, model) -> dict[str, float]:
-        with averaged_weights(model, self.optimizer):
-            loss = carried_state_loss(model, self.validation_ids(), self.eval_batch_size, self.bptt)
+        loss = carried_state_loss(model, self.validation_ids(), self.eval_batch_size, self.bptt)
         return {"val_loss": loss, "val_ppl": math.exp(loss),
                 "averaged": float(isinstance(self.optimizer, torch.optim.ASGD))}
 

@@ -20,9 +20,9 @@ The five claims checked (Section 2, on validation perplexity, mean over seeds):
    both sides), on Std.
 5. Rare: the proposed approach (untied, pretrained frozen input) is the best configuration.
 
-Rare-word analysis: per-token losses of the final weights (``load_weights(..., "last")``; under ASGD
-these are the current, not the averaged, weights, so they can differ a little from the reported
-test perplexity), bucketed by the target word's count in the training stream (0, 1-5, 6-50, 51+).
+Rare-word analysis: per-token losses of the best weights (``load_weights(..., "best")``, the weights
+the reported test perplexity uses), bucketed by the target word's count in the training stream (0,
+1-5, 6-50, 51+).
 """
 
 from __future__ import annotations
@@ -250,13 +250,13 @@ def bucket_losses(losses: torch.Tensor, targets: torch.Tensor, train_ids: torch.
 
 
 def rare_word_table(configs: list[EmbeddingInitConfig], part: str = "test") -> pd.DataFrame:
-    """Loss by training-frequency bucket on ``part`` for each (already run) config: final weights."""
+    """Loss by training-frequency bucket on ``part`` for each (already run) config: best weights."""
     frames = []
     for config in configs:
         run(config)  # cached: makes sure the run exists
         data = load_word_lm(config.domain, config.unk_cutoff, config.train_tokens, config.eval_tokens)
         model, _ = build_model(config, data)
-        load_weights(model, get_run(STUDY, asdict(config)), "last")
+        load_weights(model, get_run(STUDY, asdict(config)), "best")
         losses, targets = per_token_losses(model, getattr(data, part), config.test_batch_size, config.bptt)
         frames.append(bucket_losses(losses, targets, data.train, len(data.vocab)).assign(
             config=config.embedding, dataset=setting_of(config), seed=config.seed))
