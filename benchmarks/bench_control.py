@@ -74,7 +74,8 @@ def main() -> None:
     codes = ctrl.codes[: args.codes]
     sampling = SamplingConfig(top_p=0.9) if args.sample else SamplingConfig(greedy=True)
     prompt_ids = tokenizer(args.prompt, add_special_tokens=False)["input_ids"]
-    n = args.new_tokens
+    # A row is [code] + prompt + new tokens: keep it within the model's context (the smoke model's is 64).
+    n = min(args.new_tokens, model.config.n_positions - 1 - len(prompt_ids))
 
     def batched_generation():
         generate_codes(model, tokenizer, args.prompt, codes, sampling, n, seed=0, stop_at_eos=False)
