@@ -1,15 +1,20 @@
 """Speed of the Kronecker-factored MLP layer against the dense GPT-2 ``Conv1D``, forward + backward.
 
-For every scheme of Krony-PT's Table 1 (A = the "Dimension" column, in the paper's (out, in) layout of
-``c_fc``) this times one forward and backward pass of a batch of tokens through
+This times one forward and backward pass of a batch of tokens (default 2,048) through
 
 - the dense ``Conv1D`` (``x @ W + b``) and
-- ``KroneckerLinear`` with one factor pair (two small matmuls, never ``A ⊗ B``),
+- ``KroneckerLinear`` (two matmuls, never ``A ⊗ B``),
 
-at two sizes: GPT-2 small's ``c_fc`` (768 -> 3072) and a small model's (384 -> 1536, nanoGPT's "baby
-GPT" width). The small size keeps each scheme's B factor and halves both sides of A, so every Table 1
-row has a counterpart there. The input requires a gradient (as inside a network), so backward computes
-the input gradient and the factor gradients. Times are the median of ``--repeats`` runs after
+at two sizes:
+
+- ``gpt2 768->3072``: GPT-2 small's ``c_fc`` with every scheme of Krony-PT's Table 1 (A = the "Dimension"
+  column, in the paper's (out, in) layout of ``c_fc``), one factor pair;
+- ``cpu 256->1024`` and ``cpu 1024->256``: ``c_fc`` and ``c_proj`` of the cpu-scale Krony study's 4x256 GPT-2,
+  with the study's size classes (``lmstudy.studies.kronecker.class_a_shape``; ``c_proj`` uses A transposed,
+  as ``compress`` does) and the Table 6 variant (67M shapes, 4 factors + scalars).
+
+The input requires a gradient (as inside a network), so backward computes the input gradient and the factor
+gradients. Times are the median of ``--repeats`` runs after
 ``--warmup`` runs; dense and factored runs alternate so that load from other processes hits both alike,
 and the speed-up is the median of the per-pair ratios dense / factored.
 
@@ -17,7 +22,8 @@ The FLOP ratio is dense multiply-adds over factored multiply-adds per token for 
 backward pass of a chain of matmuls costs twice its forward for both layers, so the ratio is the same).
 A speed-up below the FLOP ratio is overhead: small matmuls, permute copies, the bias add.
 
-    python benchmarks/bench_kronecker.py                  # all Table 1 schemes, both sizes, CPU
+    python benchmarks/bench_kronecker.py                  # both sizes, CPU, 1 thread, 2048 tokens
+    python benchmarks/bench_kronecker.py --size "cpu 256->1024" --threads 2
     python benchmarks/bench_kronecker.py --device cuda --tokens 8192
 """
 
@@ -32,18 +38,24 @@ import torch
 from transformers.pytorch_utils import Conv1D
 
 from lmstudy.krony_table import PAPER_TABLE_1
-from lmstudy.models.kronecker import KroneckerLinear, partner_shape
+from lmstudy.models.kronecker import KroneckerConfig, KroneckerLinear, partner_shape
+from lmstudy.studies.kronecker import CLASSES, class_a_shape
 
 GPT2_C_FC = (3072, 768)  # (out, in)
+CPU_EMBD = 256  # the cpu preset's n_embd (lmstudy/scales.py, 03_kronecker)
+
+Scheme = tuple[tuple[int, int], int, bool]  # (A shape, factors, scalars)
 
 
-def sizes() -> dict[str, tuple[tuple[int, int], list[tuple[int, int]]]]:
-    """Size name -> ((out, in), A shapes): Table 1 at GPT-2 small dims and the same B's at half width."""
-    table_a_shapes = [dimension for _, dimension, _, _ in PAPER_TABLE_1]
-    small_a_shapes = [(rows // 2, cols // 2) for rows, cols in table_a_shapes]
+def sizes() -> dict[str, tuple[tuple[int, int], list[Scheme]]]:
+    """Size name -> ((out, in), schemes): Table 1 at GPT-2 small dims; the study's classes at cpu dims."""
+    table = [(dimension, 1, False) for _, dimension, _, _ in PAPER_TABLE_1]
+    cpu_fc = [(class_a_shape(name, CPU_EMBD), 1, False) for name in CLASSES] + [(class_a_shape("67M", CPU_EMBD), 4, True)]
+    cpu_proj = [(KroneckerConfig(a_shape).a_shape_for("c_proj"), f, s) for a_shape, f, s in cpu_fc]
     return {
-        "gpt2 768->3072": (GPT2_C_FC, table_a_shapes),
-        "small 384->1536": ((GPT2_C_FC[0] // 2, GPT2_C_FC[1] // 2), small_a_shapes),
+        "gpt2 768->3072": (GPT2_C_FC, table),
+        "cpu 256->1024": ((4 * CPU_EMBD, CPU_EMBD), cpu_fc),
+        "cpu 1024->256": ((CPU_EMBD, 4 * CPU_EMBD), cpu_proj),
     }
 
 
@@ -64,13 +76,14 @@ def time_forward_backward(layer: torch.nn.Module, x: torch.Tensor, grad: torch.T
 
 
 def benchmark_scheme(
-    shape: tuple[int, int], a_shape: tuple[int, int], tokens: int, repeats: int, warmup: int, device: torch.device,
+    shape: tuple[int, int], scheme: Scheme, tokens: int, repeats: int, warmup: int, device: torch.device,
 ) -> dict:
-    """Median forward+backward times of the dense and the factored layer for one A shape."""
+    """Median forward+backward times of the dense and the factored layer for one scheme."""
     out_features, in_features = shape
+    a_shape, n_factors, scalars = scheme
     generator = torch.Generator(device=device).manual_seed(0)
     dense = Conv1D(out_features, in_features).to(device)
-    factored = KroneckerLinear.from_conv1d(dense, a_shape, init="random", generator=generator)
+    factored = KroneckerLinear.from_conv1d(dense, a_shape, n_factors, scalars, init="random", generator=generator)
     x = torch.randn(tokens, in_features, device=device, generator=generator, requires_grad=True)
     grad = torch.randn(tokens, out_features, device=device, generator=generator)
     dense_times, factored_times = [], []
@@ -84,6 +97,7 @@ def benchmark_scheme(
     return {
         "a_shape": a_shape,
         "b_shape": partner_shape(shape, a_shape),
+        "factors": n_factors if not scalars else f"{n_factors}+s",
         "order": "A first" if factored.a_first else "B first",
         "flop_ratio": in_features * out_features / factored.multiply_adds_per_token(),
         "dense_ms": dense_ms,
@@ -94,11 +108,12 @@ def benchmark_scheme(
 
 
 def format_rows(size: str, rows: list[dict]) -> str:
-    header = f"{'size':<16} {'A':<12} {'B':<9} {'order':<8} {'FLOP ratio':>10} {'dense ms':>9} {'kron ms':>9} {'speed-up':>9}"
+    header = (f"{'size':<16} {'A':<12} {'B':<9} {'factors':<7} {'order':<8} {'FLOP ratio':>10} {'dense ms':>9} "
+              f"{'kron ms':>9} {'speed-up':>9}")
     lines = [header, "-" * len(header)]
     for row in rows:
         lines.append(
-            f"{size:<16} {str(row['a_shape']):<12} {str(row['b_shape']):<9} {row['order']:<8} "
+            f"{size:<16} {str(row['a_shape']):<12} {str(row['b_shape']):<9} {str(row['factors']):<7} {row['order']:<8} "
             f"{row['flop_ratio']:>10.1f} {row['dense_ms']:>9.2f} {row['factored_ms']:>9.2f} {row['speedup']:>9.2f}"
         )
     return "\n".join(lines)
@@ -110,22 +125,23 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, default=7, help="timed runs per layer (median reported)")
     parser.add_argument("--warmup", type=int, default=2, help="untimed runs first")
     parser.add_argument("--device", default="cpu", help="cpu or cuda")
+    parser.add_argument("--threads", type=int, default=1, help="torch CPU threads (default 1, as the cpu study)")
     parser.add_argument("--size", choices=list(sizes()), action="append", help="only these sizes (repeatable)")
     args = parser.parse_args(argv)
 
     device = torch.device(args.device)
     if device.type == "cpu":
-        torch.set_num_threads(len(os.sched_getaffinity(0)))  # every core this process may use
+        torch.set_num_threads(min(args.threads, len(os.sched_getaffinity(0))))
     print(
         f"torch {torch.__version__}, device {device}, threads {torch.get_num_threads()}, "
         f"{args.tokens} tokens, median of {args.repeats} after {args.warmup} warm-up, forward + backward"
     )
     with torch.no_grad():
         torch.zeros(1, device=device)  # initialise the device before timing
-    for size, (shape, a_shapes) in sizes().items():
+    for size, (shape, schemes) in sizes().items():
         if args.size and size not in args.size:
             continue
-        rows = [benchmark_scheme(shape, a_shape, args.tokens, args.repeats, args.warmup, device) for a_shape in a_shapes]
+        rows = [benchmark_scheme(shape, scheme, args.tokens, args.repeats, args.warmup, device) for scheme in schemes]
         print()
         print(format_rows(size, rows))
     return 0

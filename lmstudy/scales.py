@@ -84,6 +84,102 @@ PRESETS: dict[str, dict[str, dict]] = {
             configs="all", seeds=[0], settings=["Std", "Rare"], section3_seeds=[1, 2],  # notebook-only keys
         ),
     },
+    # Stylianou & Vlahavas 2020, Entity-Transformers: GPT2E vs GPT2 fine-tuned from one base on GUM + LitBank
+    # coreference (lmstudy.studies.entity_transformer). ``base_scale``: which Krony-PT base (03_kronecker preset)
+    # both start from; ``init_from``: real GPT-2 weights instead (path or hub id).
+    "02_entity_transformer": {
+        # Seconds: the Krony smoke base (2x32, 512-id BPE), 4 training documents per corpus, 10 steps, 2 seeds.
+        "smoke": dict(
+            base_scale="smoke", init_from="", corpora=["gum", "litbank"], train_docs=4, eval_docs=2, seq_len=64,
+            batch_size=4, finetune_steps=10, lr=1e-3, warmup_steps=2, eval_every=5, seeds=[0, 1],
+            mixed_precision="no", lambada_examples=20, timing_steps=4, similarity_docs=2, tsne_entities=5,
+            ner_corpus="litbank", ner_train_docs=2, ner_eval_docs=1, ner_hidden=16, ner_epochs=2, ner_lr=0.01,
+            ner_batch_size=32,
+        ),
+        # The published run: the Krony cpu base (4x256, 8k BPE; trained once, shared with 03_kronecker), every GUM +
+        # LitBank document (477k training sub-tokens, 66k dev, 69k test), 3 seeds x 2 models. Timed with one torch
+        # thread on the shared 2-core machine under load ~3.4 (08:30 UTC, so about 2x slower than an idle core):
+        # a step of 8x128 takes 1.6 s (GPT2) / 2.0 s (GPT2E) (benchmarks/bench_entity_gpt2.py --threads 1
+        # --vocab 8192 --sizes 4x256 --batch-size 8 --seq-len 128); evaluation ~1.2 ms/sub-token, LAMBADA
+        # 0.073 s/passage, frozen features 0.53 ms/sub-token, a BiLSTM-64 epoch on LitBank train ~25 s.
+        # Per seed: GPT2 400 x 1.6 + 2 evals x 77 + test 80 + LAMBADA 110 = 984 s; GPT2E 400 x 2.0 + 154 + 2 x 80
+        # + 110 = 1224 s; x 3 seeds = 6,624 s. Probes: Table 4 (3 settings x 3 seeds on GUM test) ~140 s, t-SNE
+        # ~45 s, NER 6 x (features of LitBank 138 s + 4 epochs ~100 s) ~1,430 s, timing ~75 s.
+        # Total ~8,300 s = 2.3 h at that load, ~1.2 h on an idle core; 400 steps = 0.86 epochs of the training data.
+        "cpu": dict(
+            base_scale="cpu", init_from="", corpora=["gum", "litbank"], train_docs=0, eval_docs=0, seq_len=128,
+            batch_size=8, finetune_steps=400, lr=3e-4, warmup_steps=20, eval_every=200, seeds=[0, 1, 2],
+            mixed_precision="no", lambada_examples=1500, timing_steps=20, similarity_docs=0, tsne_entities=10,
+            ner_corpus="litbank", ner_train_docs=0, ner_eval_docs=0, ner_hidden=64, ner_epochs=4, ner_lr=0.001,
+            ner_batch_size=32,
+        ),
+        # GPT-2 small from real weights on a GPU, the paper's learning rate; all documents and LAMBADA passages.
+        # 2,000 steps x 8 x 512 sub-tokens ~ 20 passes over GUM + LitBank train (the best validation weights are
+        # kept); the paper's 1e5 steps of batch 1 on CoNLL-2012 are a similar number of passes.
+        "paper": dict(
+            base_scale="paper", init_from="gpt2", corpora=["gum", "litbank"], train_docs=0, eval_docs=0,
+            seq_len=512, batch_size=8, finetune_steps=2000, lr=2e-5, warmup_steps=100, eval_every=200,
+            seeds=[0, 1, 2], mixed_precision="bf16", lambada_examples=0, timing_steps=50, similarity_docs=0,
+            tsne_entities=10, ner_corpus="litbank", ner_train_docs=0, ner_eval_docs=0, ner_hidden=512, ner_epochs=20,
+            ner_lr=1e-4, ner_batch_size=32,
+        ),
+    },
+    # Welch et al. 2020, Section 3 + appendix (lmstudy.studies.embedding_extended, lmstudy.hpsearch, lmstudy.ngram):
+    # Tables 2, 3, 5, 6, 7, Figure 1 and the six configurations on a word-level GPT-2. Run fields as in
+    # 01_embedding_init; notebook-only keys: configs ("section3" | "pair"), seeds, domains (Table 2),
+    # unk_cutoffs (3), vector_sources (5), train_multiples (6), search_* (Figure 1), ngram_order and
+    # transformer (Table 7 and beyond the paper).
+    "01b_embedding_init_extended": {
+        # Seconds: news only (its token cache is the one notebook 01 builds too), the standard approach
+        # vs ours, a tiny model for 8 steps, two K, two data sizes, a 3-trial search.
+        "smoke": dict(
+            domain="news", emb_size=16, hidden_size=32, n_layers=2, batch_size=8, bptt=20, eval_batch_size=4,
+            test_batch_size=4, lr=10.0, max_epochs=1, max_steps=8, evals_per_epoch=1, nonmono=1,
+            train_tokens=4_000, eval_tokens=1_000, vector_epochs=1, pretrain_sentences=1_000,
+            configs="pair", seeds=[0], base_seeds=[], domains=["news"], unk_cutoffs=[0, 5], vector_sources=["news"],
+            train_multiples=[1, 2], search_domain="news", search_trials=3, search_nlayers=[1, 2], ngram_order=3,
+            transformer=dict(n_layer=1, n_head=2, n_embd=16, seq_len=32, batch_size=8, max_steps=8, eval_every=8,
+                             lr=3e-3),
+        ),
+        # The published run, ~5 h of ONE torch thread (OMP_NUM_THREADS=1), measured on the shared 2-core machine
+        # while other jobs ran (so pessimistic): AWD-LSTM 2x256, 64-d embeddings, first 100k train tokens,
+        # 2 epochs = 286 steps x 0.28 s + 6 evaluations on 20k valid tokens ~ 1.8 min per 1x run.
+        #   base cell (news, K=0, own vectors, 1x): 6 configs x 3 seeds = 18 runs          32 min
+        #   Table 2 books, irc: 12 runs 22 min; Table 3 K=1,2,5: 18 runs 32 min;
+        #   Table 5 wikipedia, books vectors: 10 runs 18 min; Table 6 2x, 4x: 6 x (2 + 4) = 36 run-equivalents 65 min
+        #   Figure 1: 10 trials x 2 sides x ~1.4 (larger nhid / 3 layers) = 28 equivalents          50 min
+        #   Table 7: 2 tuned AWD-LSTMs 5 min, KenLM 1 min, GPT-2 2x64 word level 300 steps x ~0.6 s 4 min,
+        #            BPE level (50k-id softmax, ~2.6 s a step) 14 min
+        #   beyond the paper: 6 word-level GPT-2 runs x ~3.5 min                                      21 min
+        #   word2vec vectors (news x 3 seeds, irc, books 10M, wikipedia 22M tokens)                   ~10 min
+        #   token caches of a fresh clone (wikipedia ~12 min, books, irc, news)                      ~20 min
+        # total ~295 min. Train tokens are half of notebook 01's cpu preset, so its runs are not shared.
+        "cpu": dict(
+            domain="news", emb_size=64, hidden_size=256, n_layers=2, batch_size=20, bptt=35, eval_batch_size=10,
+            test_batch_size=10, lr=30.0, max_epochs=2, max_steps=0, evals_per_epoch=3, nonmono=2, train_tokens=100_000,
+            eval_tokens=20_000, vector_epochs=5, pretrain_sentences=0,
+            configs="section3", seeds=[0], base_seeds=[1, 2], domains=["news", "books", "irc"],
+            unk_cutoffs=[0, 1, 2, 5],
+            vector_sources=["news", "wikipedia", "books"], train_multiples=[1, 2, 4], search_domain="news",
+            search_trials=10, search_nlayers=[2, 3], ngram_order=5,
+            transformer=dict(n_layer=2, n_head=4, n_embd=64, seq_len=64, batch_size=16, max_steps=300,
+                             eval_every=100, lr=1e-3),
+        ),
+        # The paper's sizes (a GPU box): awd-lstm-lm's PTB recipe, six configurations, three seeds, all domains,
+        # 37 search trials within the appendix's bounds, a 12 x 768 GPT-2.
+        "paper": dict(
+            domain="news", emb_size=400, hidden_size=1150, n_layers=3, dropout=0.4, dropouth=0.25, dropouti=0.4,
+            dropoute=0.1, wdrop=0.5, batch_size=20, bptt=70, eval_batch_size=10, test_batch_size=1, lr=30.0,
+            weight_decay=1.2e-6, grad_clip=0.25, alpha=2.0, beta=1.0, nonmono=5, max_epochs=500, max_steps=0,
+            evals_per_epoch=1, train_tokens=0, eval_tokens=0, vector_epochs=5, pretrain_sentences=0,
+            configs="section3", seeds=[0, 1, 2], base_seeds=[],
+            domains=["news", "books", "imdb", "irc", "reddit", "wikipedia"],
+            unk_cutoffs=[0, 1, 2, 5], vector_sources=["news", "wikipedia", "books"], train_multiples=[1, 2, 4],
+            search_domain="news", search_trials=37, search_nlayers=[2, 5], ngram_order=5,
+            transformer=dict(n_layer=12, n_head=8, n_embd=400, seq_len=256, batch_size=32, max_steps=20_000,
+                             eval_every=1_000, lr=3e-4),
+        ),
+    },
     # Krony-PT (Ayoub 2024): Kronecker-factored MLPs of a small GPT-2 we pretrain ourselves
     # (lmstudy.studies.kronecker). Classes are the paper's factor shapes for our dims (96M: B=(2,1),
     # 81M: B=(4,1), 67M: tiny balanced factors); Table 6 uses the 67M shapes.
@@ -93,24 +189,42 @@ PRESETS: dict[str, dict[str, dict]] = {
             vocab_size=512, train_docs=40, valid_docs=5, n_layer=2, n_head=2, n_embd=32, seq_len=64,
             batch_size=8, pretrain_steps=30, lr=3e-3, classes=["96M", "81M", "67M"],
             inits=["van_loan", "prune", "random"], finetune_steps=10, finetune_lr=1e-3, eval_every=10,
-            table6_class="67M", table6_factors=4, dense_baseline=True, wikitext_tokens=2000,
-            lambada_examples=30, seed=0,
+            table6_class="67M", table6_factors=4, baseline_classes=["81M"], distill_alpha=0.9,
+            distill_temperature=2.0, wikitext_tokens=2000, lambada_examples=30, seed=0,
         ),
-        # Proposed (not yet timed on the 2-core machine): 4x256 GPT-2 with an 8k BPE on 5,000 documents.
+        # The published run, ~3 h of ONE torch thread (the other core busy): 4x256 GPT-2, 8k BPE, batch 16 x 128
+        # = 2,048 tokens a step, all 4,287 Wikipedia train documents (1.42M tokens: the base sees 1.4 epochs).
+        # Seconds per step measured interleaved with OMP_NUM_THREADS=1 (load average ~5, base 2.1 s; planned
+        # at 2.0 s for the base, 1.4 s on a quieter machine), as a ratio to the base step: Krony 96M 0.86,
+        # 81M 0.89, 67M 0.76, 67M with 4 factors + scalars 1.11, dense 81M-size (n_inner 258) 0.64, distilled
+        # 81M-size 1.40 (student step + teacher forward). Through the study code (load average ~4): one
+        # evaluate() = 50k wikitext tokens + 500 LAMBADA passages ~40 s, a validation pass (100 documents, 25k
+        # tokens) ~12 s, data (read, BPE, encode) ~40 s. The dense and distilled comparisons cost the whole
+        # pretraining budget again each, so they run for ONE class, 81M (the paper's DistilGPT2-sized class):
+        #   data                                                                  ~    40 s
+        #   base: 1,000 steps x 2.0 s + 4 validations + evaluate                  ~ 2,090 s
+        #   9 compressed runs: 150 steps x (1.72 | 1.78 | 1.52 s) x 3 inits
+        #                      + 2 evaluates + 1 validation each                  ~ 3,110 s
+        #   Table 6: 2 more 67M runs (4 factors, +-scalars): 150 x 2.22 s + evals ~   850 s
+        #   dense 81M-size: 1,150 steps x 1.28 s + 5 validations + evaluate      ~ 1,570 s
+        #   distilled 81M-size: 1,150 steps x 2.80 s + 5 validations + evaluate  ~ 3,320 s
+        #   total                                                                ~10,980 s = 3.05 h (~2.1 h at 1.4 s)
+        # Evaluation slices: the full wikitext-2 test (344k tokens of this BPE, 6.9x the slice) would add ~35 min
+        # over the 25 evaluate() calls, all 5,153 LAMBADA passages (10.3x) ~1.6 h; hence 50k tokens, 500 passages.
         "cpu": dict(
-            vocab_size=8192, train_docs=5000, valid_docs=100, n_layer=4, n_head=4, n_embd=256, seq_len=128,
-            batch_size=16, pretrain_steps=4000, lr=1e-3, classes=["96M", "81M", "67M"],
-            inits=["van_loan", "prune", "random"], finetune_steps=1000, finetune_lr=3e-4, eval_every=250,
-            table6_class="67M", table6_factors=4, dense_baseline=True, wikitext_tokens=0,
-            lambada_examples=0, seed=0,
+            vocab_size=8192, train_docs=0, valid_docs=100, n_layer=4, n_head=4, n_embd=256, seq_len=128,
+            batch_size=16, pretrain_steps=1000, lr=1e-3, classes=["96M", "81M", "67M"],
+            inits=["van_loan", "prune", "random"], finetune_steps=150, finetune_lr=3e-4, eval_every=250,
+            table6_class="67M", table6_factors=4, baseline_classes=["81M"], distill_alpha=0.9,
+            distill_temperature=2.0, wikitext_tokens=50_000, lambada_examples=500, seed=0,
         ),
         # GPT-2 small's dims (a GPU box), still pretrained here: no pretrained weights exist in lmstudy.
         "paper": dict(
             vocab_size=50257, train_docs=0, valid_docs=500, n_layer=12, n_head=12, n_embd=768, seq_len=1024,
             batch_size=32, pretrain_steps=50000, lr=6e-4, classes=["96M", "81M", "67M"],
             inits=["van_loan", "prune", "random"], finetune_steps=10000, finetune_lr=1e-4, eval_every=1000,
-            table6_class="67M", table6_factors=4, dense_baseline=True, wikitext_tokens=0,
-            lambada_examples=0, seed=0,
+            table6_class="67M", table6_factors=4, baseline_classes=["96M", "81M", "67M"], distill_alpha=0.9,
+            distill_temperature=2.0, wikitext_tokens=0, lambada_examples=0, seed=0,
         ),
     },
 }

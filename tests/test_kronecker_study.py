@@ -1,5 +1,5 @@
 """lmstudy.studies.kronecker: size-class shapes, the dense baseline's size, LAMBADA scoring, reconstruction errors,
-and a two-step end-to-end run on slices of the real corpora."""
+the distillation loss and task, and a two-step end-to-end run on slices of the real corpora."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ from transformers import GPT2Config, GPT2LMHeadModel
 
 from lmstudy.models.kronecker import KroneckerConfig, compressed_parameter_count, gpt2_parameter_count
 from lmstudy.studies.kronecker import (
-    KronyStudyConfig, class_a_shape, compressed_run, lambada_scores, matched_dense_inner, pretrain_base,
-    reconstruction_errors, results_table,
+    DistillTask, KronyStudyConfig, class_a_shape, compressed_run, distillation_loss, lambada_scores,
+    matched_dense_inner, pretrain_base, reconstruction_errors, results_table,
 )
 
 
@@ -26,6 +26,9 @@ def test_class_shapes_are_the_papers_for_gpt2_small_and_fit_small_models():
     assert sizes[0] > sizes[1] > sizes[2]  # the classes shrink in the paper's order
     with pytest.raises(ValueError, match="unknown size class"):
         class_a_shape("50M", 32)
+    with pytest.raises(ValueError, match="unknown size class"):  # a typo in a preset fails before any training
+        KronyStudyConfig(vocab_size=300, train_docs=1, valid_docs=1, n_layer=1, n_head=1, n_embd=8, seq_len=8,
+                         batch_size=2, pretrain_steps=1, lr=1e-3, baseline_classes=["81m"])
 
 
 def test_matched_dense_inner_is_the_closest_size():
@@ -74,6 +77,61 @@ def test_van_loan_error_meets_the_svd_bound():
     assert ((pivot["96M"] < pivot["81M"]) & (pivot["81M"] < pivot["67M"])).all()
 
 
+def test_distillation_loss_equals_the_hand_computed_value():
+    # One token, three classes, written out with math only: T = 2, alpha = 0.25, target 2.
+    student, teacher, target, alpha, temperature = [1.0, 2.0, 0.5], [3.0, 0.0, 1.0], 2, 0.25, 2.0
+
+    def softmax(logits, t):
+        exps = [math.exp(v / t) for v in logits]
+        return [e / sum(exps) for e in exps]
+
+    p_teacher, p_student = softmax(teacher, temperature), softmax(student, temperature)
+    kl = sum(pt * (math.log(pt) - math.log(ps)) for pt, ps in zip(p_teacher, p_student))
+    ce = -math.log(softmax(student, 1.0)[target])
+    expected = alpha * kl * temperature**2 + (1 - alpha) * ce
+    loss, parts = distillation_loss(torch.tensor([[student]]), torch.tensor([[teacher]]), torch.tensor([[target]]),
+                                    alpha, temperature)
+    assert loss.item() == pytest.approx(expected, rel=1e-5)
+    assert parts["kd"].item() == pytest.approx(kl * temperature**2, rel=1e-5)
+    assert parts["ce"].item() == pytest.approx(ce, rel=1e-5)
+
+
+def test_distillation_loss_is_ce_at_alpha_0_and_zero_kd_for_its_own_teacher():
+    generator = torch.Generator().manual_seed(0)
+    student, teacher = torch.randn(2, 5, 11, generator=generator), torch.randn(2, 5, 11, generator=generator)
+    targets = torch.randint(11, (2, 5), generator=generator)
+    ce = torch.nn.functional.cross_entropy(student.reshape(-1, 11), targets.reshape(-1))
+    loss, _ = distillation_loss(student, teacher, targets, alpha=0.0, temperature=3.0)
+    assert loss.item() == pytest.approx(ce.item(), rel=1e-6)
+    loss, parts = distillation_loss(student, student, targets, alpha=1.0, temperature=3.0)
+    assert abs(loss.item()) < 1e-6 and abs(parts["kd"].item()) < 1e-6  # the teacher's own distribution: no KL
+    loss, parts = distillation_loss(student, teacher, targets, alpha=0.5, temperature=1.0)
+    assert loss.item() == pytest.approx(0.5 * parts["kd"].item() + 0.5 * parts["ce"].item(), rel=1e-6)
+    assert parts["kd"].item() > 0
+
+
+def test_distill_task_trains_the_student_only():
+    torch.manual_seed(0)
+    config = GPT2Config(vocab_size=40, n_positions=16, n_embd=16, n_layer=1, n_head=2, bos_token_id=0, eos_token_id=0,
+                        resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0)  # no dropout: the loss can be recomputed
+    teacher, student = GPT2LMHeadModel(config).train(), GPT2LMHeadModel(GPT2Config(**{**config.to_dict(), "n_inner": 8}))
+    ids = torch.randint(40, (400,))
+    task = DistillTask(ids, ids[:50], batch_size=2, seq_len=8, teacher=teacher, alpha=0.5, temperature=2.0)
+    assert not teacher.training and not any(p.requires_grad for p in teacher.parameters())
+    batch = next(iter(task.batches(0)))
+    loss, parts = task.loss(student, batch)
+    loss.backward()
+    assert all(p.grad is not None for p in student.parameters())
+    assert all(p.grad is None for p in teacher.parameters())
+    x, y = batch
+    with torch.no_grad():
+        expected, _ = distillation_loss(student(input_ids=x).logits, teacher(input_ids=x).logits, y, 0.5, 2.0)
+    assert loss.item() == pytest.approx(expected.item(), rel=1e-5)
+    assert set(parts) == {"kd", "ce"} and "val_loss" in task.evaluate(student)  # evaluation: the plain LM loss
+    with pytest.raises(ValueError, match="teacher"):
+        DistillTask(ids, ids[:50], batch_size=2, seq_len=8)
+
+
 def test_end_to_end_on_corpus_slices(tmp_path, monkeypatch):
     from conftest import require_corpus
 
@@ -83,14 +141,16 @@ def test_end_to_end_on_corpus_slices(tmp_path, monkeypatch):
     config = KronyStudyConfig(
         vocab_size=300, train_docs=5, valid_docs=2, n_layer=1, n_head=2, n_embd=16, seq_len=32, batch_size=4,
         pretrain_steps=3, lr=3e-3, classes=["81M"], inits=["van_loan"], finetune_steps=2, eval_every=2,
-        wikitext_tokens=200, lambada_examples=5,
+        baseline_classes=["81M"], wikitext_tokens=200, lambada_examples=5,
     )
     base = pretrain_base(config)
     assert base["steps"] == 3 and math.isfinite(base["wikitext_ppl"]) and 0 <= base["lambada_acc"] <= 1
     krony = compressed_run(config, "81M", "van_loan")
     assert krony["steps"] == 2 and krony["parameters"] < base["parameters"]
     assert krony["a_shape"] == [16, 16] and math.isfinite(krony["before_wikitext_ppl"])
-    table = results_table(config)  # everything cached except the dense baseline
-    assert list(table["model"]) == ["base (dense)", "Krony", table["model"].iloc[2]]
-    assert table["model"].iloc[2].startswith("dense, same size")
-    assert abs(table["parameters"].iloc[2] - krony["parameters"]) < 0.05 * krony["parameters"]
+    table = results_table(config)  # everything cached except the dense and distilled students
+    assert list(table["model"]) == ["base (dense)", "Krony", "dense, same size", "distilled"]
+    dense, distilled = table.iloc[2], table.iloc[3]
+    assert abs(dense["parameters"] - krony["parameters"]) < 0.05 * krony["parameters"]
+    assert distilled["parameters"] == dense["parameters"] and distilled["n_inner"] == dense["n_inner"]
+    assert math.isfinite(distilled["wikitext_ppl"]) and distilled["wikitext_ppl"] != dense["wikitext_ppl"]

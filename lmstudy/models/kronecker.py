@@ -282,15 +282,24 @@ class KroneckerLinear(nn.Module):
         return self.a_factors * self.scalars[:, None, None]
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        q, t = self.a_shape[1], self.b_shape[1]  # in = q * t
+        # Two plain matmuls (one large GEMM over all tokens, then a small contraction over the factors).
+        # torch.einsum turned the second step into broadcast mul + sum when B is tiny (B = (2, 1): the 96M
+        # class), 1.5x slower than this on CPU (benchmarks/bench_kronecker.py).
+        (p, q), (r, t) = self.a_shape, self.b_shape  # in = q * t, out = p * r
+        f = self.n_factors
         a, b = self.scaled_a_factors(), self.b_factors  # (f, p, q), (f, r, t)
         x_matrix = x.reshape(-1, q, t)  # (..., in) -> (N, q, t), x[j*t + l] = X[j, l]
+        n = x_matrix.size(0)
         if self.a_first:
-            z = torch.einsum("fpq,nqt->nfpt", a, x_matrix)  # A X:   (N, f, p, t)
-            y = torch.einsum("nfpt,frt->npr", z, b)  # (A X) Bᵀ summed over factors: (N, p, r)
+            # A X for every factor: rows (token, l), columns (factor, i), summed over j.
+            z = x_matrix.transpose(1, 2).reshape(n * t, q) @ a.reshape(f * p, q).T  # (N*t, f*p)
+            z = z.reshape(n, t * f, p).transpose(1, 2)  # (N, p, t*f): column (l, factor)
+            y = z @ b.permute(2, 0, 1).reshape(t * f, r)  # (A X) Bᵀ summed over factors: (N, p, r)
         else:
-            z = torch.einsum("nqt,frt->nfqr", x_matrix, b)  # X Bᵀ:  (N, f, q, r)
-            y = torch.einsum("fpq,nfqr->npr", a, z)  # A (X Bᵀ) summed over factors: (N, p, r)
+            # X Bᵀ for every factor: rows (token, j), columns (factor, k), summed over l.
+            w = x_matrix.reshape(n * q, t) @ b.reshape(f * r, t).T  # (N*q, f*r)
+            w = w.reshape(n, q * f, r).transpose(1, 2)  # (N, r, q*f): column (j, factor)
+            y = (w @ a.permute(2, 0, 1).reshape(q * f, p)).transpose(1, 2)  # A (X Bᵀ) summed: (N, p, r)
         y = y.reshape(*x.shape[:-1], self.out_features)  # (N, p, r) -> (..., out), y[i*r + k] = Y[i, k]
         return y + self.bias
 

@@ -28,6 +28,18 @@ pipeline on it:
 5. The fair comparison: a dense GPT-2 of the same depth and width whose MLP hidden size is chosen so its
    parameter count is closest to the compressed model's, trained from scratch on the *total* token budget
    the compressed model saw (pretraining + continued training), with the same schedule.
+5b. The DistilGPT2 analogue (the model the paper compares its 81M class with): a dense student of exactly that
+   size and initialisation, trained on the same token budget with Hinton's distillation loss from the
+   trained base as the teacher (frozen, eval mode; ``DistillTask``):
+   ``alpha * KL(softmax(t/T) || softmax(s/T)) * T^2 + (1 - alpha) * CE(s, y)``, per token, averaged.
+   DistilGPT2 (Sanh et al., HF ``examples/research_projects/distillation``) trained with three terms, KD
+   (weight 5.0, T = 2), causal-LM cross-entropy (0.5) and a cosine loss between hidden states (1.0), and
+   initialised its 6 layers from every second layer of GPT-2. We keep Hinton's KD + CE, with DistilGPT2's
+   T = 2 and alpha = 0.9 (its 5.0 : 0.5 ratio, rounded), and drop the cosine term (it would apply, the
+   widths match, but it is a third ingredient beyond the loss the comparison is about). The student is as
+   deep as the teacher with a narrower MLP (the size of the compressed model) and starts from the same random
+   init as the dense same-size model, so those two rows differ only in the loss. ``baseline_classes`` chooses
+   the classes that get both comparisons.
 6. ``reconstruction_errors``: per layer, the Van Loan relative error ``||W - A ⊗ B|| / ||W||`` against the
    Eckart–Young bound from the singular values of the rearranged ``R(W)`` (they coincide: Van Loan is
    optimal, the plot checks it) and, as a reference, the best low-rank (truncated SVD) approximation of
@@ -43,6 +55,7 @@ from dataclasses import dataclass, field
 
 import pandas as pd
 import torch
+import torch.nn.functional as F
 from transformers import GPT2Config, GPT2LMHeadModel
 
 from lmstudy.data import iter_documents
@@ -84,11 +97,19 @@ class KronyStudyConfig:
     eval_every: int = 50
     table6_class: str = "67M"  # "" skips Table 6
     table6_factors: int = 4
-    dense_baseline: bool = True
+    # the fair comparisons (dense same-size model, distilled student) for these classes; [] = none
+    baseline_classes: list = field(default_factory=lambda: list(CLASSES))
+    distill_alpha: float = 0.9  # weight of the KD term (DistilGPT2: 5.0 KD : 0.5 CE)
+    distill_temperature: float = 2.0  # DistilGPT2's
     # evaluation
     wikitext_tokens: int = 0  # 0 = the whole test set
     lambada_examples: int = 0  # 0 = all 5,153
     seed: int = 0
+
+    def __post_init__(self) -> None:
+        unknown = {*self.classes, *self.baseline_classes, *([self.table6_class] if self.table6_class else [])} - set(CLASSES)
+        if unknown:
+            raise ValueError(f"unknown size class(es) {sorted(unknown)}; choose from {', '.join(CLASSES)}")
 
     def base_config(self) -> dict:
         keys = ("vocab_size", "train_docs", "valid_docs", "n_layer", "n_head", "n_embd", "seq_len", "batch_size",
@@ -208,12 +229,67 @@ def evaluate(model: GPT2LMHeadModel, data: StudyData, config: KronyStudyConfig) 
 
 
 # ---------------------------------------------------------------------------------------------------
+# Distillation (stage 5b)
+# ---------------------------------------------------------------------------------------------------
+
+
+def distillation_loss(
+    student_logits: torch.Tensor, teacher_logits: torch.Tensor, targets: torch.Tensor, alpha: float,
+    temperature: float,
+) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """Hinton et al. (2015): ``alpha * KL(p_t^T || p_s^T) * T^2 + (1 - alpha) * CE(s, y)``, mean over tokens.
+
+    Logits are ``(B, T, V)`` (or ``(N, V)``), targets ``(B, T)`` (or ``(N,)``); ``p^T = softmax(logits / T)``.
+    The ``T^2`` keeps the KD gradients on the scale of the CE's as T changes (Hinton, Sec. 2). Returns the loss
+    and its two terms, detached, for the training log.
+    """
+    vocab = student_logits.size(-1)
+    student = student_logits.reshape(-1, vocab).float()  # (N, V); float32 softmax under autocast too
+    teacher = teacher_logits.reshape(-1, vocab).float()  # (N, V)
+    # KL(p_t || p_s) summed over the vocabulary, averaged over tokens ("batchmean" on (N, V)).
+    kd = F.kl_div(F.log_softmax(student / temperature, dim=-1), F.log_softmax(teacher / temperature, dim=-1),
+                  reduction="batchmean", log_target=True) * temperature**2
+    ce = F.cross_entropy(student, targets.reshape(-1).long())
+    return alpha * kd + (1 - alpha) * ce, {"kd": kd.detach(), "ce": ce.detach()}
+
+
+@dataclass
+class DistillTask(LMTask):
+    """``LMTask`` whose training loss distils ``teacher`` into the model (``distillation_loss``).
+
+    Batches and evaluation are ``LMTask``'s: validation (and so early stopping and ``best/``) is the student's
+    plain cross-entropy. The teacher is frozen and kept in eval mode (no dropout); the loop never sees it.
+    """
+
+    teacher: torch.nn.Module | None = None
+    alpha: float = 0.9
+    temperature: float = 2.0
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.teacher is None:
+            raise ValueError("DistillTask needs a teacher model")
+        if not 0.0 <= self.alpha <= 1.0 or self.temperature <= 0:
+            raise ValueError(f"need 0 <= alpha <= 1 and temperature > 0, got {self.alpha}, {self.temperature}")
+        self.teacher.eval().requires_grad_(False)
+
+    def loss(self, model, batch):
+        x, y = batch
+        student_logits = model(input_ids=x).logits  # (B, T, V)
+        with torch.no_grad():
+            teacher_logits = self.teacher.to(x.device)(input_ids=x).logits  # (B, T, V); .to: no-op after the first
+        return distillation_loss(student_logits, teacher_logits, y, self.alpha, self.temperature)
+
+
+# ---------------------------------------------------------------------------------------------------
 # Runs
 # ---------------------------------------------------------------------------------------------------
 
 
-def _train(model, data: StudyData, config: KronyStudyConfig, run: Run, steps: int, lr: float) -> dict:
-    task = LMTask(data.train, data.valid, batch_size=config.batch_size, seq_len=config.seq_len, seed=config.seed)
+def _train(model, data: StudyData, config: KronyStudyConfig, run: Run, steps: int, lr: float,
+           task: LMTask | None = None) -> dict:
+    if task is None:
+        task = LMTask(data.train, data.valid, batch_size=config.batch_size, seq_len=config.seq_len, seed=config.seed)
     train_config = TrainConfig(
         max_steps=steps, lr=lr, lr_schedule="cosine", warmup_steps=max(1, steps // 20),
         eval_every=min(config.eval_every, steps), checkpoint_every=min(config.eval_every, steps),
@@ -286,6 +362,13 @@ def compressed_run(config: KronyStudyConfig, size_class: str, init: str, n_facto
     return cached(STUDY, run_config, fn)
 
 
+def _matched_dense_model(config: KronyStudyConfig, data, target_parameters: int) -> tuple[GPT2LMHeadModel, int]:
+    """A freshly initialised (seeded) dense GPT-2 whose MLP width gives ~``target_parameters``, and that width."""
+    inner = matched_dense_inner(gpt2_config(config, len(data.tokenizer)), target_parameters)
+    torch.manual_seed(config.seed)
+    return GPT2LMHeadModel(gpt2_config(config, len(data.tokenizer), n_inner=inner)), inner
+
+
 def dense_baseline_run(config: KronyStudyConfig, target_parameters: int) -> dict:
     """Stage 5 (cached): a dense GPT-2 with ~``target_parameters``, from scratch, on the total token budget."""
     run_config = {"stage": "dense", "base": config.base_config(), "target_parameters": target_parameters,
@@ -294,23 +377,43 @@ def dense_baseline_run(config: KronyStudyConfig, target_parameters: int) -> dict
 
     def fn(run: Run) -> dict:
         _, data = load_base(config)
-        model_config = gpt2_config(config, len(data.tokenizer))
-        inner = matched_dense_inner(model_config, target_parameters)
-        torch.manual_seed(config.seed)
-        model = GPT2LMHeadModel(gpt2_config(config, len(data.tokenizer), n_inner=inner))
+        model, inner = _matched_dense_model(config, data, target_parameters)
         metrics = _train(model, data, config, run, config.pretrain_steps + config.finetune_steps, config.lr)
         return {**metrics, **evaluate(model, data, config), "parameters": count_parameters(model), "n_inner": inner}
 
     return cached(STUDY, run_config, fn)
 
 
-RESULT_COLUMNS = ["model", "class", "init", "parameters", "size_ratio", "paper_ratio",
+def distilled_run(config: KronyStudyConfig, target_parameters: int) -> dict:
+    """Stage 5b (cached): the dense model of ``dense_baseline_run`` (same size, init, budget), distilled from the base."""
+    run_config = {"stage": "distilled", "base": config.base_config(), "target_parameters": target_parameters,
+                  "finetune_steps": config.finetune_steps, "eval_every": config.eval_every,
+                  "alpha": config.distill_alpha, "temperature": config.distill_temperature,
+                  "wikitext_tokens": config.wikitext_tokens, "lambada_examples": config.lambada_examples}
+
+    def fn(run: Run) -> dict:
+        teacher, data = load_base(config)
+        model, inner = _matched_dense_model(config, data, target_parameters)  # the dense baseline's initial weights
+        task = DistillTask(data.train, data.valid, batch_size=config.batch_size, seq_len=config.seq_len,
+                           seed=config.seed, teacher=teacher, alpha=config.distill_alpha,
+                           temperature=config.distill_temperature)
+        metrics = _train(model, data, config, run, config.pretrain_steps + config.finetune_steps, config.lr, task)
+        return {**metrics, **evaluate(model, data, config), "parameters": count_parameters(model), "n_inner": inner}
+
+    return cached(STUDY, run_config, fn)
+
+
+RESULT_COLUMNS = ["model", "class", "init", "parameters", "n_inner", "size_ratio", "paper_ratio",
                   "before_wikitext_ppl", "wikitext_ppl", "before_lambada_ppl", "lambada_ppl",
                   "before_lambada_acc", "lambada_acc"]
 
 
 def results_table(config: KronyStudyConfig) -> pd.DataFrame:
-    """Every model of stages 1-5 as one row (training happens here, through the run cache)."""
+    """Every model of stages 1-5b as one row (training happens here, through the run cache).
+
+    ``model`` is "base (dense)", "Krony", "dense, same size" or "distilled"; ``n_inner`` is the MLP width of
+    the dense rows (the base's is ``4 * n_embd``).
+    """
     base = pretrain_base(config)
     rows = [{"model": "base (dense)", "class": "", "init": "", "parameters": base["parameters"], "size_ratio": 1.0,
              **{key: base[key] for key in ("wikitext_ppl", "lambada_ppl", "lambada_acc")}}]
@@ -322,12 +425,14 @@ def results_table(config: KronyStudyConfig) -> pd.DataFrame:
             rows.append({"model": "Krony", "class": size_class, "init": init,
                          "paper_ratio": PAPER_RATIOS[size_class],
                          **{key: metrics[key] for key in RESULT_COLUMNS if key in metrics}})
-        if config.dense_baseline and sizes:
-            metrics = dense_baseline_run(config, sizes[0])
-            rows.append({"model": f"dense, same size (n_inner={metrics['n_inner']})", "class": size_class,
-                         "init": "scratch", "parameters": metrics["parameters"],
-                         "size_ratio": metrics["parameters"] / base["parameters"],
-                         **{key: metrics[key] for key in ("wikitext_ppl", "lambada_ppl", "lambada_acc")}})
+        if size_class in config.baseline_classes and sizes:
+            for model, run_fn, init in (("dense, same size", dense_baseline_run, "scratch"),
+                                        ("distilled", distilled_run, "scratch, KD from base")):
+                metrics = run_fn(config, sizes[0])
+                rows.append({"model": model, "class": size_class, "init": init,
+                             "parameters": metrics["parameters"], "n_inner": metrics["n_inner"],
+                             "size_ratio": metrics["parameters"] / base["parameters"],
+                             **{key: metrics[key] for key in ("wikitext_ppl", "lambada_ppl", "lambada_acc")}})
     return pd.DataFrame(rows).reindex(columns=RESULT_COLUMNS)
 
 
@@ -397,7 +502,8 @@ def plot_reconstruction(errors: pd.DataFrame, title: str = ""):
 
 
 def plot_results(results: pd.DataFrame, title: str = ""):
-    """Wikitext perplexity before/after continued training for every compressed model, base and dense lines."""
+    """Wikitext perplexity before/after continued training for every compressed model; lines: base, dense
+    same-size and distilled models."""
     import matplotlib.pyplot as plt
     import seaborn as sns
 
@@ -412,6 +518,10 @@ def plot_results(results: pd.DataFrame, title: str = ""):
     sns.barplot(data=long, x="label", y="ppl", hue="stage", ax=axis)
     base = results[results["model"] == "base (dense)"]["wikitext_ppl"].iloc[0]
     axis.axhline(base, color="black", linestyle="--", label="base")
+    # The fair comparisons of the baseline classes: dense same-size model and distilled student.
+    others = results[results["model"].isin(["dense, same size", "distilled"])]
+    for (_, row), color in zip(others.iterrows(), sns.color_palette("dark", len(others))):
+        axis.axhline(row["wikitext_ppl"], color=color, linestyle=":", label=f"{row['model']} ({row['class']})")
     axis.set(xlabel="", ylabel="wikitext-2 raw test perplexity (our BPE)", title=title)
     axis.tick_params(axis="x", rotation=30)
     axis.legend()
