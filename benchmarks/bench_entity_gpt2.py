@@ -24,12 +24,12 @@ import argparse
 import os
 import random
 import statistics
-import time
 
 import torch
 
 from lmstudy.entity_data import EntityDocument, EntityLMTask, load_entity_documents
 from lmstudy.models.entity_gpt2 import GPT2E, GPT2EConfig
+from lmstudy.studies.entity_transformer import compare_step_times
 
 GPT2_VOCAB = 50257  # the default: at small widths the output layer is a large share of a step
 
@@ -54,23 +54,6 @@ def synthetic_documents(n_docs: int, length: int, vocab: int, n_entities: int = 
     return docs
 
 
-def _synchronize(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
-def timed_step(model, task, batch, carry, optimizer, device) -> tuple[float, object]:
-    _synchronize(device)
-    start = time.perf_counter()
-    loss, _, carry = task.loss(model, batch, carry)
-    optimizer.zero_grad(set_to_none=True)
-    loss.backward()
-    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-    optimizer.step()
-    _synchronize(device)
-    return time.perf_counter() - start, carry
-
-
 def benchmark_size(n_layer: int, n_embd: int, docs, args, device) -> dict:
     n_head = max(1, n_embd // 64)
     common = dict(vocab_size=args.vocab, n_positions=args.seq_len, n_embd=n_embd, n_layer=n_layer, n_head=n_head,
@@ -80,21 +63,8 @@ def benchmark_size(n_layer: int, n_embd: int, docs, args, device) -> dict:
     gpt2 = GPT2E(GPT2EConfig(entity_layers=[], **common)).to(device)
     gpt2.load_state_dict(gpt2e.state_dict(), strict=False)  # the shared weights are the same
     task = EntityLMTask(docs, docs[:1], batch_size=args.batch_size, seq_len=args.seq_len, pad_id=args.vocab - 1)
-    batches = task.batches(0)
-    models = {"gpt2": gpt2, "gpt2e": gpt2e}
-    optimizers = {name: torch.optim.AdamW(m.parameters(), lr=1e-4) for name, m in models.items()}
-    carries = {name: None for name in models}
-    times = {name: [] for name in models}
-    for step in range(args.warmup + args.steps):
-        batch = batches[step % len(batches)]
-        if step % len(batches) == 0:
-            carries = {name: None for name in models}  # a new pass over the documents
-        # Alternate which model goes first: the second of a pair can pay for the first's freed memory.
-        for name in (["gpt2", "gpt2e"] if step % 2 == 0 else ["gpt2e", "gpt2"]):
-            model = models[name]
-            seconds, carries[name] = timed_step(model, task, batch, carries[name], optimizers[name], device)
-            if step >= args.warmup:
-                times[name].append(seconds)
+    # The study's timing (lmstudy.studies.entity_transformer): same batches, models alternating.
+    times = compare_step_times({"gpt2": gpt2, "gpt2e": gpt2e}, task, args.steps, warmup=args.warmup, device=device)
     return {
         "size": f"{n_layer}x{n_embd}",
         "params_gpt2": sum(p.numel() for p in gpt2.parameters()),
