@@ -27,6 +27,7 @@ demo: setup
 	$(PY) -m lmstudy study quickstart --scale smoke
 
 test: setup
+	scripts/install_kenlm.sh $(PY)
 	$(PY) -m pytest -q --nbval-lax --nbval-current-env tests notebooks
 
 lab: setup

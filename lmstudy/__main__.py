@@ -6,6 +6,7 @@ Commands:
   krony table                                        Krony-PT parameter accounting (paper Tables 1 and 2)
   generate --model DIR --code C --prompt TEXT        control-coded generation (CTRL study)
   attribute --model DIR TEXT                         source attribution p(code | text) (CTRL study)
+  hpsearch --scale S [--n-trials N] [--storage URL]  Welch Figure 1 random search with Optuna (study 01b)
 
 Every command has ``--help``.
 """
@@ -80,6 +81,9 @@ def build_parser() -> argparse.ArgumentParser:
     from lmstudy.control import cli as control_cli
 
     control_cli.register(subparsers)
+    from lmstudy import hpsearch
+
+    hpsearch.register(subparsers)
     return parser
 
 

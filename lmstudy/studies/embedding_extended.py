@@ -1,0 +1,599 @@
+"""01b_embedding_init_extended (Welch et al. 2020, Section 3 and appendix): Tables 2, 3, 5, 6, 7,
+Figure 1, and the six-configuration comparison on a small word-level transformer.
+
+Every experiment compares the paper's six Section 3 configurations (``SECTION3_CONFIGS``; labels in
+``LABELS``) over ``seeds``, reporting mean and spread (std over seeds). All tables share one *base
+cell* -- the preset's ``domain``, UNK cutoff K = 0, in-domain vectors, 1x LM data -- so its runs are
+trained once and reused by every table (and by notebook 01 when the run fields are equal: the cpu
+preset copies notebook 01's Rare setting, news with K = 0, on purpose).
+
+Our reading of each experiment:
+
+- Table 2 (domains): each domain's 1M-token train split (PTB-style normalisation, no UNK) with
+  vectors trained on its own, disjoint pretraining split. Our domains differ from the paper's
+  (news/Reuters+BBC stands for NANC; books, imdb for Cord; irc, reddit, wikipedia as in the paper).
+- Table 3 (UNK cutoff K in {0, 1, 2, 5}): ``Vocab`` implements the paper's definition; the UNK
+  type/token percentages of the bottom half are ``Vocab.unk_rate`` on dev and train. Difference: the
+  paper's vectors had the same UNK symbol as the LM; ours are trained on the pretraining text without
+  UNK replacement (shared by every K), so ``<unk>`` keeps a random row.
+- Table 5 (pretraining source): the vectors of one domain's LM come from its own pretraining split
+  or from another domain's (e.g. wikipedia, books); the table lists each source's pretraining size,
+  so "domain match vs size" can be read off. The paper's Gigaword/GloVe corpora are not available.
+- Table 6 (LM data 1x/2x/4x): the train split plus the first (m - 1) x |train| tokens of the domain's
+  pretraining split, nested as in the paper (2x is a prefix of 4x). The vectors stay those of the
+  whole pretraining split, so the added LM data overlaps the vectors' data, as NANC's must have
+  (their 43M pretraining + 3.5M 4x training exceed the 44M words of NANC WSJ).
+- Figure 1: ``lmstudy.hpsearch`` (Optuna random search, same samples for both sides) on the base cell.
+  The paper searched on 4x NANC; we search on 1x to stay in budget.
+- Table 7: KenLM modified Kneser-Ney (``lmstudy.ngram``), the best AWD-LSTM of each side (the base
+  cell's configs at the search's best hyperparameters when the search ran, else at the preset's),
+  and a small GPT-2 (``lmstudy.studies.quickstart.build_model``, ``LMTask``, the shared evaluation)
+  trained from scratch on the same text: word level (our vocabulary) and BPE level (GPT-2's
+  tokenizer, each sentence as its space-joined words + "\\n"). Word- and BPE-level perplexities are
+  not comparable (the paper's point, after Merity 2019): a BPE model predicts more, easier tokens
+  (the second piece of a word is nearly determined by the first), so its per-token perplexity is
+  lower for the same text; and it never meets an unknown word. ``ppl_per_word`` re-normalises a BPE
+  model's total loss by the number of words (+ one end of sentence each) for a rough comparison;
+  it is still an open-vocabulary model scored against closed-vocabulary ones.
+- Beyond the paper: the six configurations on a small word-level GPT-2 (``GPT2WithEmbeddings``:
+  GPT-2 blocks from ``transformers.GPT2Model`` with an explicit ``encoder`` = its ``wte`` and a
+  ``decoder`` Linear with bias, so ``apply_embedding_config`` applies unchanged; ``embedding_config``
+  needed no change). The vectors have the transformer's width.
+
+Runs whose data and vectors are those of notebook 01 are ``embedding_init.run`` runs (same cache).
+The others (another vector source, more LM data) are runs of this study: ``train_awd_lstm`` below
+repeats ``embedding_init.run``'s training recipe with the data and the vector domain passed in
+(see the report: folding both into one function needs a change to ``embedding_init``).
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import time
+from dataclasses import asdict, dataclass, fields, replace
+
+import matplotlib.pyplot as plt
+import pandas as pd
+import seaborn as sns
+import torch
+from torch import nn
+from transformers import GPT2Config, GPT2Model
+
+from lmstudy.data.splits import iter_split_sentences, load_split, split_tokens
+from lmstudy.embeddings import PretrainConfig, align_to_vocab, load_glove, pretrained_vectors
+from lmstudy.evaluation import stream_loss
+from lmstudy.lm_batches import LMTask
+from lmstudy.models.awd_lstm import AWDLSTMTask, carried_state_loss
+from lmstudy.models.embedding_config import SECTION3_CONFIGS, EmbeddingConfig, apply_embedding_config
+from lmstudy.runs import cached
+from lmstudy.studies import embedding_init
+from lmstudy.studies.embedding_init import EmbeddingInitConfig, build_model
+from lmstudy.studies.quickstart import QuickstartConfig
+from lmstudy.studies.quickstart import build_model as build_gpt2
+from lmstudy.text import Vocab
+from lmstudy.training import TrainConfig, load_weights, train
+from lmstudy.word_lm import WordLMData, first_tokens, load_word_lm
+
+STUDY = "01b_embedding_init_extended"
+
+# The paper's Section 3 list, in its order, with short names (Tables 2-6 use this row order).
+LABELS = {
+    "tied/random,trainable": "standard",
+    "untied/in=pretrained,trainable/out=random,trainable": "ours, random out, not frozen",
+    "tied/pretrained,trainable": "standard + pretraining",
+    "untied/in=pretrained,trainable/out=pretrained,trainable": "ours, not frozen",
+    "untied/in=pretrained,frozen/out=pretrained,trainable": "ours",
+    "untied/in=pretrained,frozen/out=random,trainable": "ours, random out",
+}
+CONFIG_SETS = {
+    "section3": tuple(c.name for c in SECTION3_CONFIGS),
+    "pair": ("tied/random,trainable", "untied/in=pretrained,frozen/out=pretrained,trainable"),
+}
+STANDARD, OURS = "standard", "ours"
+
+# The paper's numbers (validation perplexity), rows in LABELS order; None where the paper has no row.
+_ROWS = list(LABELS.values())
+PAPER_TABLE2 = pd.DataFrame({
+    "NANC": [106, 103, 97.2, 95.7, 90.8, 90.5], "Cord": [135, 125, 121, 111, 109, 112],
+    "IRC": [41.3, 41.1, 39.8, 39.2, 37.3, 37.6], "Reddit": [186, 166, 154, 152, 146, 152],
+    "Wiki": [206, 174, 142, 141, 144, 161]}, index=_ROWS)
+PAPER_TABLE3 = pd.DataFrame({
+    0: [106, 103, 97.2, 95.7, 90.8, 90.5], 1: [106, 104, 99.9, 97.8, 92.1, 91.5],
+    2: [70.6, 72.5, 68.1, 70.2, 66.5, 65.8], 5: [55.4, 56.8, 54.1, 56.0, 54.5, 54.0]}, index=_ROWS)
+PAPER_TABLE3_UNK = pd.DataFrame({  # percent
+    0: [0, 0, 0, 0], 1: [13, 2.3, 0, 0], 2: [21, 3.4, 40, 1.4], 5: [33, 5.5, 68, 4.1]},
+    index=["dev_type_pct", "dev_token_pct", "train_type_pct", "train_token_pct"])
+PAPER_TABLE5 = pd.DataFrame({  # no "standard" row: it uses no vectors
+    "NANC 43M": [None, 103, 97.2, 95.7, 90.8, 90.5], "Gigaword 5B": [None, 99.3, 90.9, 90.0, 90.6, 90.7],
+    "GloVe 6B": [None, 98.3, 93.1, 91.2, 91.1, 90.7], "GloVe 42B": [None, 99.5, 93.3, 93.6, 91.5, 91.9]},
+    index=_ROWS)
+PAPER_TABLE6 = pd.DataFrame({
+    1: [106, 103, 97.2, 95.7, 90.8, 90.5], 2: [81.0, 83.3, 80.4, 80.0, 73.7, 72.9],
+    4: [67.5, 68.7, 67.8, 68.1, 66.8, 66.1]}, index=_ROWS)
+PAPER_TABLE7 = pd.DataFrame([
+    ("N-gram", 92.3, 95.0, 56.7, None), ("GPT-2 (112m)", None, None, 46.4, 43.8),
+    ("Baseline AWD-LSTM", 52.8, 53.5, 37.8, 36.7), ("Our approach", 49.0, 49.4, 38.3, 37.2),
+    ("GPT-2 (774m)", None, None, 32.5, 33.7)], columns=["model", "word_dev", "word_test", "bpe_dev", "bpe_test"])
+
+_RUN_FIELDS = {f.name for f in fields(EmbeddingInitConfig)} - {"embedding", "seed", "domain", "unk_cutoff"}
+
+
+def base_fields(params: dict, domain: str | None = None, unk_cutoff: int = 0) -> dict:
+    """The ``EmbeddingInitConfig`` fields (all but embedding and seed) of the notebook ``params``."""
+    return {"domain": domain or params["domain"], "unk_cutoff": unk_cutoff,
+            **{k: v for k, v in params.items() if k in _RUN_FIELDS}}
+
+
+# --- AWD-LSTM runs with another vector source or more LM data ---------------------------------
+
+@dataclass(frozen=True)
+class ExtendedConfig:
+    """An AWD-LSTM run: ``base`` plus the vector source and the LM-data multiple.
+
+    ``vectors_from`` "" = the domain's own pretraining data (as notebook 01); ``train_multiple`` 1 =
+    the train split only. At those defaults the run *is* ``embedding_init.run(base)``.
+    """
+
+    base: EmbeddingInitConfig
+    vectors_from: str = ""
+    train_multiple: int = 1
+
+    @property
+    def is_base(self) -> bool:
+        return self.vectors_from in ("", self.base.domain) and self.train_multiple == 1
+
+
+def load_data(config: ExtendedConfig) -> WordLMData:
+    """The run's data: ``load_word_lm`` for 1x; for m x, the train split + the first (m - 1) x |train|
+    tokens of the pretraining split, with the vocabulary rule of ``load_word_lm`` on that text."""
+    b = config.base
+    data = load_word_lm(b.domain, b.unk_cutoff, b.train_tokens, b.eval_tokens)
+    if config.train_multiple == 1:
+        return data
+    train = first_tokens(split_tokens(b.domain, "train"), b.train_tokens)
+    wanted, extra = (config.train_multiple - 1) * sum(len(s) + 1 for s in train), []
+    for sentence in iter_split_sentences(b.domain, "pretrain"):
+        if wanted <= 0:
+            break
+        extra.append(sentence)
+        wanted -= len(sentence) + 1
+    train = train + extra
+    counts: dict[str, int] = {}
+    for sentence in train:
+        for word in sentence:
+            counts[word] = counts.get(word, 0) + 1
+    evaluation = {part: first_tokens(split_tokens(b.domain, part), b.eval_tokens) for part in ("valid", "test")}
+    words = {w for part in evaluation.values() for s in part for w in s} if b.unk_cutoff == 0 else ()
+    vocab = Vocab.build(counts, min_count=b.unk_cutoff, extra_words=words)
+
+    def stream(sentences):
+        return torch.tensor(vocab.encode_sentences(sentences), dtype=torch.long)
+
+    return WordLMData(vocab, stream(train), stream(evaluation["valid"]), stream(evaluation["test"]),
+                      evaluation["valid"])
+
+
+def train_awd_lstm(config: EmbeddingInitConfig, data: WordLMData, vectors_domain: str, run_) -> dict:
+    """``embedding_init.run``'s recipe with the data and the vector domain passed in."""
+    # build_model reads the vector domain from config.domain (it is not used for the data, passed here).
+    model, facts = build_model(replace(config, domain=vectors_domain), data)
+    task = AWDLSTMTask(data.train, data.valid, batch_size=config.batch_size, bptt=config.bptt,
+                       eval_batch_size=config.eval_batch_size, alpha=config.alpha, beta=config.beta,
+                       nonmono=config.nonmono, seed=config.seed)
+    eval_every = max(1, task.steps_per_epoch // config.evals_per_epoch)
+    start = time.perf_counter()
+    metrics = train(model, task, TrainConfig(
+        max_epochs=config.max_epochs, max_steps=config.max_steps or None, optimizer="sgd", lr=config.lr,
+        weight_decay=config.weight_decay, grad_clip=config.grad_clip, eval_every=eval_every,
+        checkpoint_every=eval_every, early_stopping_patience=config.patience or None, seed=config.seed,
+        log_every=max(1, eval_every // 5)), run_)
+    metrics["train_wall_s"] = time.perf_counter() - start
+    load_weights(model, run_, "best")
+    metrics["val_loss"], metrics["val_ppl"] = metrics["best_val_loss"], metrics["best_val_ppl"]
+    metrics["test_loss"] = carried_state_loss(model, data.test, config.test_batch_size, config.bptt)
+    metrics["test_ppl"] = math.exp(metrics["test_loss"])
+    metrics["vocab_size"] = len(data.vocab)
+    metrics["train_tokens_used"] = int(data.train.numel())
+    return {**metrics, **facts}
+
+
+def run_extended(config: ExtendedConfig) -> dict:
+    """Metrics of one AWD-LSTM run (cached): ``embedding_init.run`` for the base cell, else this study's."""
+    if config.is_base:
+        return embedding_init.run(config.base)
+    vectors_domain = config.vectors_from or config.base.domain
+    return cached(STUDY, {"kind": "awd_lstm", **asdict(config)},
+                  lambda run_: train_awd_lstm(config.base, load_data(config), vectors_domain, run_))
+
+
+# --- the grid -----------------------------------------------------------------------------------
+
+def _row(config: ExtendedConfig, metrics: dict, **extra) -> dict:
+    return dict(config=config.base.embedding, label=LABELS.get(config.base.embedding, config.base.embedding),
+                domain=config.base.domain, unk_cutoff=config.base.unk_cutoff,
+                vectors_from=config.vectors_from or config.base.domain, train_multiple=config.train_multiple,
+                seed=config.base.seed, valid_ppl=metrics["val_ppl"], test_ppl=metrics["test_ppl"],
+                wall_s=metrics.get("train_wall_s"), **extra)
+
+
+def run_cells(params: dict, cells: list[dict]) -> pd.DataFrame:
+    """Run every config x seed of each cell (a dict of domain / unk_cutoff / vectors_from /
+    train_multiple); one tidy row per run. Seeds: ``params["seeds"]``, plus ``params["base_seeds"]``
+    in the base cell (the preset's domain, K = 0, own vectors, 1x), which every table shares."""
+    rows = []
+    for cell in cells:
+        base = base_fields(params, cell.get("domain"), cell.get("unk_cutoff", 0))
+        vectors_from = cell.get("vectors_from", "")
+        for name in CONFIG_SETS[params["configs"]]:
+            if vectors_from not in ("", base["domain"]) and not EmbeddingConfig.from_name(name).uses_pretrained:
+                continue  # no vectors: the same run as in the domain's own cell
+            for seed in dict.fromkeys(params["seeds"]):
+                config = ExtendedConfig(EmbeddingInitConfig(embedding=name, seed=seed, **base), vectors_from,
+                                        cell.get("train_multiple", 1))
+                rows.append(_row(config, run_extended(config)))
+            if ExtendedConfig(EmbeddingInitConfig(embedding=name, **base), vectors_from,
+                              cell.get("train_multiple", 1)).is_base and base["domain"] == params["domain"]:
+                for seed in params.get("base_seeds", []):
+                    if seed not in params["seeds"]:
+                        config = ExtendedConfig(EmbeddingInitConfig(embedding=name, seed=seed, **base))
+                        rows.append(_row(config, run_extended(config)))
+    return pd.DataFrame(rows)
+
+
+def summary(table: pd.DataFrame, column: str) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Mean and std over seeds of valid ppl: rows = configuration (paper order), columns = ``column``."""
+    grouped = table.groupby(["label", column])["valid_ppl"]
+    out = grouped.mean().unstack(column)
+    spread = grouped.std().unstack(column)
+    order = [label for label in LABELS.values() if label in out.index]
+    return out.loc[order], spread.loc[order]
+
+
+def format_summary(table: pd.DataFrame, column: str) -> pd.DataFrame:
+    """``summary`` as "mean ± std" strings (std omitted with one seed)."""
+    mean, std = summary(table, column)
+    out = mean.astype(object)
+    for row in mean.index:
+        for col in mean.columns:
+            m, s = mean.loc[row, col], std.loc[row, col]
+            out.loc[row, col] = "" if pd.isna(m) else f"{m:.1f}" + ("" if pd.isna(s) else f" ± {s:.1f}")
+    return out
+
+
+def table2(params: dict) -> pd.DataFrame:
+    return run_cells(params, [{"domain": d} for d in params["domains"]])
+
+
+def table3(params: dict) -> pd.DataFrame:
+    return run_cells(params, [{"unk_cutoff": k} for k in params["unk_cutoffs"]])
+
+
+def unk_table(params: dict) -> pd.DataFrame:
+    """Table 3's bottom half: percent of dev and train word types/tokens replaced by <unk> for each K."""
+    rows = {}
+    for k in params["unk_cutoffs"]:
+        b = base_fields(params, unk_cutoff=k)
+        data = load_word_lm(b["domain"], k, b["train_tokens"], b["eval_tokens"])
+        train = first_tokens(split_tokens(b["domain"], "train"), b["train_tokens"])
+        dev, trained = data.vocab.unk_rate(w for s in data.valid_sentences for w in s), \
+            data.vocab.unk_rate(w for s in train for w in s)
+        rows[k] = {"dev_type_pct": dev.type_pct, "dev_token_pct": dev.token_pct,
+                   "train_type_pct": trained.type_pct, "train_token_pct": trained.token_pct}
+    return pd.DataFrame(rows)
+
+
+def table5(params: dict) -> pd.DataFrame:
+    table = run_cells(params, [{"vectors_from": source} for source in params["vector_sources"]])
+    sizes = {s: load_split(s).tokens.get("pretrain") or load_split(load_split(s).pretrain_from).tokens["pretrain"]
+             for s in params["vector_sources"]}
+    if params.get("pretrain_sentences"):
+        sizes = {s: f"{n} ({params['pretrain_sentences']} sentences used)" for s, n in sizes.items()}
+    return table.assign(pretrain_tokens=table["vectors_from"].map(sizes))
+
+
+def table6(params: dict) -> pd.DataFrame:
+    return run_cells(params, [{"train_multiple": m} for m in params["train_multiples"]])
+
+
+# --- verdicts -----------------------------------------------------------------------------------
+
+def _gain(mean: pd.DataFrame, column) -> float:
+    """standard minus ours (positive: ours better)."""
+    return mean.loc[STANDARD, column] - mean.loc[OURS, column]
+
+
+def verdicts(t2: pd.DataFrame | None = None, t3: pd.DataFrame | None = None, t5: pd.DataFrame | None = None,
+             t6: pd.DataFrame | None = None, search: pd.DataFrame | None = None,
+             t7: pd.DataFrame | None = None, transformer: pd.DataFrame | None = None) -> pd.DataFrame:
+    """One line per question of the issue: holds / does not hold / not run, with the numbers."""
+    rows = []
+
+    def add(question: str, verdict: str, evidence: str) -> None:
+        rows.append({"question": question, "verdict": verdict, "evidence": evidence})
+
+    q = "Table 2: pretraining helps and freezing is best on most domains"
+    if t2 is not None and {"standard + pretraining", "ours, not frozen"} <= set(t2["label"]):
+        mean, _ = summary(t2, "domain")
+        helps = [d for d in mean if mean.loc["standard + pretraining", d] < mean.loc[STANDARD, d]]
+        frozen = [d for d in mean if mean.loc[OURS, d] < mean.loc["ours, not frozen", d]]
+        ok = len(helps) == mean.shape[1] and 2 * len(frozen) > mean.shape[1]
+        add(q, "holds" if ok else "does not hold",
+            f"pretraining helps on {len(helps)}/{mean.shape[1]} ({', '.join(helps) or '-'}); freezing better on "
+            f"{len(frozen)}/{mean.shape[1]}; " + "; ".join(
+                f"{d}: standard {mean.loc[STANDARD, d]:.1f}, ours {mean.loc[OURS, d]:.1f}" for d in mean))
+    else:
+        add(q, "not run", "needs the section3 configurations")
+
+    q = "Table 3: the benefit of ours grows as K shrinks"
+    if t3 is not None and t3["unk_cutoff"].nunique() > 1:
+        mean, _ = summary(t3, "unk_cutoff")
+        gains = {k: _gain(mean, k) for k in sorted(mean)}
+        ok = gains[min(gains)] > gains[max(gains)]
+        monotone = all(a >= b for a, b in zip(list(gains.values()), list(gains.values())[1:]))
+        add(q, "holds" if ok else "does not hold", "standard - ours: " + ", ".join(
+            f"K={k}: {g:+.1f}" for k, g in gains.items()) + ("" if monotone else " (not monotone)"))
+    else:
+        add(q, "not run", "needs two or more K")
+
+    q = "Table 5: domain match matters more than pretraining size"
+    if t5 is not None and t5["vectors_from"].nunique() > 1:
+        mean, _ = summary(t5, "vectors_from")
+        own = t5["domain"].iloc[0]
+        sizes = t5.groupby("vectors_from")["pretrain_tokens"].first()
+        others = [s for s in mean if s != own]
+        ok = all(mean.loc[OURS, own] < mean.loc[OURS, s] for s in others)
+        add(q, "holds" if ok else "does not hold", "ours with vectors from " + ", ".join(
+            f"{s} ({sizes[s]} tokens): {mean.loc[OURS, s]:.1f}" for s in mean))
+    else:
+        add(q, "not run", "needs two or more vector sources")
+
+    q = "Table 6: the margin of ours over standard shrinks as LM data grows"
+    if t6 is not None and t6["train_multiple"].nunique() > 1:
+        mean, _ = summary(t6, "train_multiple")
+        gains = {m: _gain(mean, m) for m in sorted(mean)}
+        add(q, "holds" if gains[min(gains)] > gains[max(gains)] else "does not hold",
+            "standard - ours: " + ", ".join(f"{m}x: {g:+.1f}" for m, g in gains.items()))
+    else:
+        add(q, "not run", "needs two or more data sizes")
+
+    q = "Figure 1: with the same sampled hyperparameters ours beats the baseline"
+    if search is not None and len(search):
+        better = int((search["ours_ppl"] < search["baseline_ppl"]).sum())
+        add(q, "holds" if 2 * better > len(search) and search["ours_ppl"].min() < search["baseline_ppl"].min()
+            else "does not hold", f"ours better in {better}/{len(search)} trials; best baseline "
+            f"{search['baseline_ppl'].min():.1f}, best ours {search['ours_ppl'].min():.1f}")
+    else:
+        add(q, "not run", "no complete trial")
+
+    q = "Table 7: word level, ours < baseline AWD-LSTM < n-gram"
+    if t7 is not None:
+        word = t7.set_index("model")["valid_ppl"]
+        try:
+            ngram, base, ours = word["KN n-gram (word)"], word["AWD-LSTM standard"], word["AWD-LSTM ours"]
+            add(q, "holds" if ours < base < ngram else "does not hold",
+                f"n-gram {ngram:.1f}, baseline {base:.1f}, ours {ours:.1f}")
+        except KeyError as missing:
+            add(q, "not run", f"missing row {missing}")
+    else:
+        add(q, "not run", "")
+
+    q = "Beyond the paper: ours beats standard on a word-level transformer too"
+    if transformer is not None and len(transformer):
+        mean, _ = summary(transformer.assign(model="GPT-2"), "model")
+        add(q, "holds" if mean.loc[OURS, "GPT-2"] < mean.loc[STANDARD, "GPT-2"] else "does not hold",
+            "; ".join(f"{label}: {mean.loc[label, 'GPT-2']:.1f}" for label in mean.index))
+    else:
+        add(q, "not run", "")
+    return pd.DataFrame(rows)
+
+
+# --- transformers (Table 7 and beyond the paper) ------------------------------------------------
+
+class GPT2WithEmbeddings(nn.Module):
+    """GPT-2 blocks (``transformers.GPT2Model``) with the attribute names ``apply_embedding_config``
+    expects: ``encoder`` is the model's ``wte``; ``decoder`` a Linear with bias (Welch: a frozen output
+    embedding keeps a trainable bias), the same Parameter as ``encoder.weight`` when ``tied``."""
+
+    def __init__(self, config: GPT2Config, tied: bool):
+        super().__init__()
+        self.transformer = GPT2Model(config)
+        self.encoder = self.transformer.wte
+        self.decoder = nn.Linear(config.n_embd, config.vocab_size)
+        nn.init.normal_(self.decoder.weight, std=config.initializer_range)  # GPT-2's init, as wte
+        nn.init.zeros_(self.decoder.bias)
+        if tied:
+            self.decoder.weight = self.encoder.weight
+
+    def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
+        hidden = self.transformer(input_ids=input_ids).last_hidden_state  # (B, T, C)
+        return self.decoder(hidden)  # (B, T, V)
+
+
+@dataclass(frozen=True)
+class TransformerConfig:
+    """A small GPT-2 trained from scratch on a domain's LM data (the quick start's recipe)."""
+
+    model: QuickstartConfig
+    domain: str
+    unk_cutoff: int = 0
+    level: str = "word"  # "word" (our vocabulary) | "bpe" (GPT-2's tokenizer)
+    embedding: str = ""  # "" = plain GPT2LMHeadModel (tied); else an EmbeddingConfig name (word level)
+    vector_method: str = "word2vec"
+    vector_epochs: int = 5
+    pretrain_sentences: int = 0
+
+
+@functools.lru_cache(maxsize=1)
+def _gpt2_tokenizer():
+    from lmstudy.tokenization import gpt2_tokenizer
+
+    return gpt2_tokenizer()
+
+
+def bpe_stream(sentences: list[list[str]]) -> tuple[torch.Tensor, int]:
+    """GPT-2 BPE ids of the sentences (each as its words joined by spaces + "\\n") and the word count
+    (words + one end of sentence each, as the word-level models predict)."""
+    tokenizer = _gpt2_tokenizer()
+    ids = tokenizer("".join(" ".join(s) + "\n" for s in sentences))["input_ids"]
+    return torch.tensor(ids, dtype=torch.long), sum(len(s) + 1 for s in sentences)
+
+
+def run_transformer(config: TransformerConfig) -> dict:
+    """Train (or fetch) one GPT-2 run; valid/test loss with the shared window protocol."""
+    q = config.model
+
+    def train_and_test(run_) -> dict:
+        data = load_word_lm(config.domain, config.unk_cutoff, q.train_tokens, q.eval_tokens)
+        facts: dict = {}
+        if config.level == "bpe":
+            train_ids, _ = bpe_stream(first_tokens(split_tokens(config.domain, "train"), q.train_tokens))
+            (valid_ids, valid_words), (test_ids, test_words) = (
+                bpe_stream(first_tokens(split_tokens(config.domain, part), q.eval_tokens))
+                for part in ("valid", "test"))
+            model = build_gpt2(q, vocab_size=50257)
+        else:
+            train_ids, valid_ids, test_ids = data.train, data.valid, data.test
+            if config.embedding:
+                embedding = EmbeddingConfig.from_name(config.embedding)
+                torch.manual_seed(q.seed)
+                model = GPT2WithEmbeddings(GPT2Config(vocab_size=len(data.vocab), n_positions=q.seq_len,
+                                                      n_embd=q.n_embd, n_layer=q.n_layer, n_head=q.n_head,
+                                                      bos_token_id=None, eos_token_id=None),
+                                           tied=embedding.tied)
+                vectors = found = None
+                if embedding.uses_pretrained:
+                    path = pretrained_vectors(PretrainConfig(
+                        domain=_vector_domain(config.domain), vector_size=q.n_embd, method=config.vector_method,
+                        epochs=config.vector_epochs, max_sentences=config.pretrain_sentences, seed=q.seed))
+                    words, array = load_glove(path)
+                    vectors, found = align_to_vocab(data.vocab, words, array)
+                    facts["vocab_rows_pretrained"] = int(found.sum())
+                apply_embedding_config(model, embedding, vectors, found)
+            else:
+                model = build_gpt2(q, len(data.vocab))
+        task = LMTask(train_ids, valid_ids, batch_size=q.batch_size, seq_len=q.seq_len, seed=q.seed)
+        start = time.perf_counter()
+        metrics = train(model, task, TrainConfig(
+            max_steps=q.max_steps, lr=q.lr, lr_schedule="cosine", warmup_steps=max(1, q.max_steps // 20),
+            eval_every=q.eval_every, checkpoint_every=q.eval_every, seed=q.seed,
+            log_every=max(1, q.eval_every // 5)), run_)
+        metrics["train_wall_s"] = time.perf_counter() - start
+        load_weights(model, run_, "best")
+        metrics["val_loss"], metrics["val_ppl"] = metrics["best_val_loss"], metrics["best_val_ppl"]
+        metrics["test_loss"] = stream_loss(model, test_ids, q.seq_len, q.batch_size)
+        metrics["test_ppl"] = math.exp(metrics["test_loss"])
+        if config.level == "bpe":
+            # Total loss spread over words: rough, see the module docstring.
+            metrics["val_ppl_per_word"] = math.exp(metrics["val_loss"] * (len(valid_ids) - 1) / valid_words)
+            metrics["test_ppl_per_word"] = math.exp(metrics["test_loss"] * (len(test_ids) - 1) / test_words)
+        metrics["parameters"] = sum(p.numel() for p in model.parameters())
+        return {**metrics, **facts}
+
+    return cached(STUDY, {"kind": "transformer", **asdict(config)}, train_and_test)
+
+
+def _vector_domain(domain: str) -> str:
+    from lmstudy.data.splits import get_domain
+
+    return get_domain(domain).pretrain_from or domain
+
+
+def transformer_config(params: dict, **changes) -> TransformerConfig:
+    t = params["transformer"]
+    model = QuickstartConfig(**{k: t[k] for k in ("n_layer", "n_head", "n_embd", "seq_len", "batch_size", "max_steps",
+                                                  "eval_every", "lr")},
+                             train_tokens=params["train_tokens"], eval_tokens=params["eval_tokens"],
+                             seed=changes.pop("seed", 0))
+    return TransformerConfig(model=model, domain=params["domain"], vector_epochs=params["vector_epochs"],
+                             pretrain_sentences=params["pretrain_sentences"], **changes)
+
+
+def transformer_table(params: dict) -> pd.DataFrame:
+    """Beyond the paper: the configurations on the word-level GPT-2, one row per run."""
+    rows = []
+    for name in CONFIG_SETS[params["configs"]]:
+        for seed in params["seeds"]:
+            metrics = run_transformer(transformer_config(params, embedding=name, seed=seed))
+            rows.append(dict(config=name, label=LABELS[name], seed=seed, valid_ppl=metrics["val_ppl"],
+                             test_ppl=metrics["test_ppl"], wall_s=metrics["train_wall_s"]))
+    return pd.DataFrame(rows)
+
+
+def run_ngram(domain: str, train_tokens: int, eval_tokens: int, order: int) -> dict:
+    """KenLM n-gram perplexities (word level through our K = 0 vocabulary, and BPE level on GPT-2's
+    pieces: no vocabulary mapping, BPE has no OOV) of the domain's valid and test text; cached, the
+    ARPA files stay in the run folder."""
+    from lmstudy.ngram import NGramConfig, ngram_perplexity
+
+    def estimate(run_) -> dict:
+        data = load_word_lm(domain, 0, train_tokens, eval_tokens)
+        train_text = first_tokens(split_tokens(domain, "train"), train_tokens)
+        texts = {part: first_tokens(split_tokens(domain, part), eval_tokens) for part in ("valid", "test")}
+        tokenizer = _gpt2_tokenizer()
+
+        def pieces(sentences):
+            return [tokenizer.convert_ids_to_tokens(tokenizer(" ".join(s))["input_ids"]) for s in sentences]
+
+        word = ngram_perplexity(train_text, texts, data.vocab, run_.path / "word.arpa", NGramConfig(order))
+        bpe = ngram_perplexity(pieces(train_text), {p: pieces(t) for p, t in texts.items()}, None,
+                               run_.path / "bpe.arpa", NGramConfig(order))
+        return {f"{level}_{part}_{key}": getattr(result[part], key)
+                for level, result in (("word", word), ("bpe", bpe)) for part in ("valid", "test")
+                for key in ("ppl", "tokens", "oov_tokens")}
+
+    return cached(STUDY, {"kind": "ngram", "domain": domain, "train_tokens": train_tokens,
+                          "eval_tokens": eval_tokens, "order": order}, estimate)
+
+
+def table7(params: dict, best_hyperparameters: dict[str, dict] | None = None) -> pd.DataFrame:
+    """Word- and BPE-level perplexities on the base cell's valid and test text (see the docstring)."""
+    from lmstudy.ngram import INSTALL_HINT, kenlm_bin
+
+    rows, b, order = [], base_fields(params), params["ngram_order"]
+    for level in ("word", "bpe"):
+        if kenlm_bin() is None:  # the n-gram rows say why they are empty
+            rows.append(dict(model=f"KN n-gram ({level})", detail=f"not run: {INSTALL_HINT}", level=level))
+            continue
+        ngram = run_ngram(params["domain"], b["train_tokens"], b["eval_tokens"], order)
+        rows.append(dict(model=f"KN n-gram ({level})", detail=f"KenLM order {order}", level=level,
+                         valid_ppl=ngram[f"{level}_valid_ppl"], test_ppl=ngram[f"{level}_test_ppl"]))
+    for side, name in (("standard", CONFIG_SETS["pair"][0]), ("ours", CONFIG_SETS["pair"][1])):
+        overrides = (best_hyperparameters or {}).get(side, {})
+        config = EmbeddingInitConfig(embedding=name, seed=params["seeds"][0], **{**b, **overrides})
+        metrics = embedding_init.run(config)
+        rows.append(dict(model=f"AWD-LSTM {side}", detail="search's best hyperparameters" if overrides
+                         else "preset hyperparameters", level="word", valid_ppl=metrics["val_ppl"],
+                         test_ppl=metrics["test_ppl"]))
+    for level in ("word", "bpe"):
+        metrics = run_transformer(transformer_config(params, level=level))
+        t = params["transformer"]
+        rows.append(dict(model=f"GPT-2 ({level})", detail=f"{t['n_layer']} layers x {t['n_embd']}, from scratch",
+                         level=level, valid_ppl=metrics["val_ppl"], test_ppl=metrics["test_ppl"],
+                         valid_ppl_per_word=metrics.get("val_ppl_per_word"),
+                         test_ppl_per_word=metrics.get("test_ppl_per_word")))
+    return pd.DataFrame(rows)
+
+
+# --- figures --------------------------------------------------------------------------------------
+
+def comparison_figure(table: pd.DataFrame, column: str, title: str = "") -> plt.Figure:
+    """Validation perplexity per configuration (bars: mean over seeds, dots: seeds), one group per
+    value of ``column`` (domain, K, vector source, data multiple)."""
+    sns.set_theme(style="whitegrid")
+    order = [label for label in LABELS.values() if label in set(table["label"])]
+    figure, axis = plt.subplots(figsize=(1.6 + 1.3 * table[column].nunique() * max(1, len(order) / 3), 3.8))
+    sns.barplot(data=table, x=column, y="valid_ppl", hue="label", hue_order=order, errorbar=None, ax=axis)
+    sns.stripplot(data=table, x=column, y="valid_ppl", hue="label", hue_order=order, dodge=True, color="black",
+                  size=2.5, legend=False, ax=axis)
+    axis.set(ylabel="validation perplexity", title=title)
+    axis.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))
+    figure.tight_layout()
+    return figure
+
+
+__all__ = ["CONFIG_SETS", "ExtendedConfig", "GPT2WithEmbeddings", "LABELS", "PAPER_TABLE2", "PAPER_TABLE3",
+           "PAPER_TABLE3_UNK", "PAPER_TABLE5", "PAPER_TABLE6", "PAPER_TABLE7", "STUDY", "TransformerConfig",
+           "base_fields", "bpe_stream", "comparison_figure", "format_summary", "load_data", "run_cells",
+           "run_extended", "run_ngram", "run_transformer", "summary", "table2", "table3", "table5", "table6", "table7",
+           "train_awd_lstm", "transformer_config", "transformer_table", "unk_table", "verdicts"]

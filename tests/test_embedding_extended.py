@@ -1,0 +1,153 @@
+"""Notebook 01b (lmstudy.studies.embedding_extended): LM-data multiples, the grid of cells, verdicts, the
+GPT-2 with Welch's embedding set-ups, presets. Synthetic data replace the corpora except in the slow
+smoke pipeline."""
+
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+import torch
+from transformers import GPT2Config
+
+from lmstudy.models.embedding_config import EmbeddingConfig, apply_embedding_config
+from lmstudy.scales import PRESETS, SCALES
+from lmstudy.studies import embedding_extended as ex
+from lmstudy.studies.embedding_init import EmbeddingInitConfig
+
+WORDS = "the a cat dog sat ran on under mat log red old big small".split()
+
+
+def _sentences(n: int, offset: int) -> list[list[str]]:
+    return [[WORDS[(i * 7 + j * 3 + offset) % len(WORDS)] for j in range(4 + i % 3)] + [f"w{offset}_{i}"]
+            for i in range(n)]
+
+
+@pytest.fixture
+def synthetic_domain(monkeypatch):
+    """A domain whose parts are synthetic sentences (each ends in a word unique to its part)."""
+    parts = {"train": _sentences(50, 0), "valid": _sentences(10, 1), "test": _sentences(10, 2),
+             "pretrain": _sentences(400, 3)}
+    monkeypatch.setattr("lmstudy.word_lm.split_tokens", lambda domain, part: parts[part])
+    monkeypatch.setattr(ex, "split_tokens", lambda domain, part: parts[part])
+    monkeypatch.setattr(ex, "iter_split_sentences", lambda domain, part: iter(parts[part]))
+    return parts
+
+
+def test_lm_data_multiples_are_nested(synthetic_domain):
+    base = EmbeddingInitConfig(embedding="tied/random,trainable", domain="x", unk_cutoff=0)
+    one, two, four = (ex.load_data(ex.ExtendedConfig(base, train_multiple=m)) for m in (1, 2, 4))
+    train_tokens = sum(len(s) + 1 for s in synthetic_domain["train"])
+    assert one.train.numel() == train_tokens
+    assert 2 * train_tokens <= two.train.numel() < 2 * train_tokens + 10  # whole sentences: just past the target
+    assert 4 * train_tokens <= four.train.numel() < 4 * train_tokens + 10
+    # Nested: the 2x text is the start of the 4x text (compare words: the vocabularies differ).
+    assert two.vocab.decode(two.train.tolist()) == four.vocab.decode(four.train[: two.train.numel()].tolist())
+    # Evaluation text is the same; K = 0 gives every valid/test word a row.
+    assert two.vocab.decode(two.valid.tolist()) == one.vocab.decode(one.valid.tolist())
+    assert "w1_3" in two.vocab and "w3_0" in two.vocab and "w3_0" not in one.vocab
+
+
+def test_cells_share_the_base_runs(monkeypatch):
+    seen = []
+
+    def fake_run(config: ex.ExtendedConfig) -> dict:
+        seen.append(config)
+        return {"val_ppl": 100.0 - config.train_multiple, "test_ppl": 101.0}
+
+    monkeypatch.setattr(ex, "run_extended", fake_run)
+    params = {**PRESETS[ex.STUDY]["cpu"], "seeds": [0], "base_seeds": [1, 2]}
+    table = ex.run_cells(params, [{"vectors_from": "news"}, {"vectors_from": "books"}])
+    # Base cell: 6 configs x 3 seeds; the books cell: only the 5 configs that use vectors, seed 0.
+    assert len(table) == 18 + 5
+    assert sorted(table[table["vectors_from"] == "books"]["label"]) == sorted(
+        label for label in ex.LABELS.values() if label != "standard")
+    assert all(c.is_base for c in seen[:18]) and not any(c.is_base for c in seen[18:])
+    mean, std = ex.summary(table, "vectors_from")
+    assert list(mean.index) == list(ex.LABELS.values()) and mean.loc["standard", "news"] == 99.0
+    assert pd.isna(mean.loc["standard", "books"])
+
+
+def _table(column: str, values: dict) -> pd.DataFrame:
+    """Rows (label, column value, valid ppl) from {column value: {label: ppl}}, two seeds each."""
+    return pd.DataFrame([{"domain": "news", "pretrain_tokens": 1000 * (i + 1), "label": label, column: key,
+                          "valid_ppl": ppl + seed, "seed": seed}
+                         for i, (key, row) in enumerate(values.items()) for label, ppl in row.items()
+                         for seed in (0, 1)])
+
+
+def test_verdicts_follow_the_numbers():
+    paper2 = {d: dict(zip(ex.LABELS.values(), ex.PAPER_TABLE2[d])) for d in ("NANC", "IRC", "Reddit")}
+    paper3 = {k: dict(zip(ex.LABELS.values(), ex.PAPER_TABLE3[k])) for k in (0, 1, 2, 5)}
+    paper6 = {m: dict(zip(ex.LABELS.values(), ex.PAPER_TABLE6[m])) for m in (1, 2, 4)}
+    t5 = _table("vectors_from", {"news": {"ours": 90.0, "standard": 99.0}, "wikipedia": {"ours": 95.0}})
+    search = pd.DataFrame({"baseline_ppl": [100.0, 90.0, 120.0], "ours_ppl": [95.0, 85.0, 125.0]})
+    t7 = pd.DataFrame({"model": ["KN n-gram (word)", "AWD-LSTM standard", "AWD-LSTM ours"],
+                       "valid_ppl": [300.0, 200.0, 180.0]})
+    transformer = _table("x", {0: {"standard": 150.0, "ours": 160.0}})
+    result = ex.verdicts(_table("domain", paper2), _table("unk_cutoff", paper3), t5, _table("train_multiple", paper6),
+                         search, t7, transformer).set_index("question")["verdict"].tolist()
+    assert result == ["holds"] * 6 + ["does not hold"]
+    # Reversed Table 3 gains: the verdict flips; missing tables say "not run".
+    reversed3 = {k: {"standard": 100.0, "ours": 100.0 - k} for k in (0, 5)}
+    flipped = ex.verdicts(t3=_table("unk_cutoff", reversed3)).set_index("question")["verdict"]
+    assert flipped.iloc[1] == "does not hold" and (flipped.drop(flipped.index[1]) == "not run").all()
+    formatted = ex.format_summary(_table("domain", paper2), "domain")
+    assert formatted.loc["ours", "NANC"] == "91.3 ± 0.7"
+
+
+@pytest.mark.parametrize("name", ["tied/pretrained,frozen", "untied/in=pretrained,frozen/out=random,frozen",
+                                  "untied/in=pretrained,frozen/out=pretrained,trainable"])
+def test_gpt2_takes_the_embedding_configurations(name):
+    torch.manual_seed(0)
+    embedding = EmbeddingConfig.from_name(name)
+    model = ex.GPT2WithEmbeddings(GPT2Config(vocab_size=20, n_positions=8, n_embd=8, n_layer=1, n_head=2),
+                                  tied=embedding.tied)
+    vectors, found = torch.randn(20, 8), torch.arange(20) % 2 == 0
+    apply_embedding_config(model, embedding, vectors, found)
+    assert torch.equal(model.transformer.wte.weight[found], vectors[found])  # encoder is GPT-2's wte
+    assert (model.decoder.weight is model.encoder.weight) == embedding.tied
+    logits = model(torch.randint(0, 20, (2, 5)))
+    assert logits.shape == (2, 5, 20)
+    logits.logsumexp(-1).mean().backward()
+    assert model.encoder.weight.grad is None  # frozen input
+    assert (model.decoder.weight.grad is None) == embedding.output_frozen
+    assert model.decoder.bias.grad is not None  # the bias of a frozen output stays trainable
+    assert model.transformer.h[0].attn.c_attn.weight.grad is not None
+
+
+def test_presets_have_every_key():
+    keys = set(PRESETS[ex.STUDY]["smoke"])
+    for scale in SCALES:
+        params = PRESETS[ex.STUDY][scale]
+        assert keys <= set(params), f"{scale} lacks {keys - set(params)}"  # else the smoke default would leak in
+        assert params["configs"] in ex.CONFIG_SETS and params["domain"] in params["domains"]
+        assert params["vector_sources"][0] == params["domain"] and params["train_multiples"][0] == 1
+        assert params["unk_cutoffs"][0] == 0
+        assert params["transformer"]["n_embd"] % params["transformer"]["n_head"] == 0
+        EmbeddingInitConfig(embedding="tied/random,trainable", **ex.base_fields(params))  # all run fields valid
+
+
+@pytest.mark.slow
+def test_smoke_pipeline(tmp_path, monkeypatch):
+    """Every table at smoke scale on the real news corpus (builds its token cache: ~1 min)."""
+    from conftest import require_corpus
+
+    from lmstudy import hpsearch
+    from lmstudy.ngram import kenlm_bin
+
+    for corpus in ("reuters21578", "bbc_news", "gpt2_bpe"):
+        require_corpus(corpus)
+    if kenlm_bin() is None:
+        pytest.skip("KenLM not installed (scripts/install_kenlm.sh)")
+    monkeypatch.setenv("LMSTUDY_RUNS", str(tmp_path / "runs"))
+    params = PRESETS[ex.STUDY]["smoke"]
+    t3, t6 = ex.table3(params), ex.table6(params)
+    assert len(t3) == 4 and len(t6) == 4 and (t3["valid_ppl"] > 1).all()
+    assert ex.unk_table(params).loc["dev_type_pct", 0] == 0
+    search = hpsearch.search_table(hpsearch.run_search(hpsearch.search_config("smoke")))
+    assert len(search) == params["search_trials"]
+    t7 = ex.table7(params, hpsearch.best_run_overrides(search))
+    assert list(t7["model"]) == ["KN n-gram (word)", "KN n-gram (bpe)", "AWD-LSTM standard", "AWD-LSTM ours",
+                                 "GPT-2 (word)", "GPT-2 (bpe)"]
+    assert (t7["valid_ppl"] > 1).all()
+    assert len(ex.transformer_table(params)) == 2
