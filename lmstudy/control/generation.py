@@ -14,11 +14,16 @@ their codes, not their luck). The sampling rules are the same ``LogitsProcessor`
 ``generate`` takes (``sampling.build_processors``), applied to each row's own unpadded tokens, so
 the repetition penalties never see padding. With ``greedy`` this loop gives ``generate``'s greedy
 output (tested).
+
+One loop, two consumers: :func:`stream_rows` is a generator that yields every row's new token (and
+its log-probability under the model, for the app's perplexity) after each step;
+:func:`generate_rows` runs it to the end, and the app (``lmstudy.control.serving``) shows the text
+of each column as it grows.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -57,8 +62,16 @@ def _check_inputs(tokenizer, prompt: str, codes: Sequence[str]) -> list[int]:
     return [code_id(tokenizer, code_name(code)) for code in codes]
 
 
+@dataclass
+class Step:
+    """One decoding step of :func:`stream_rows`: what each row produced."""
+
+    tokens: list[int | None]  # the new token of each row; None: the row had already finished (eos)
+    log_probs: list[float | None]  # log p(token | row so far) under the model itself, before the sampling rules
+
+
 @torch.no_grad()
-def generate_rows(
+def stream_rows(
     model,
     rows: Sequence[Sequence[int]],
     sampling: SamplingConfig,
@@ -67,16 +80,19 @@ def generate_rows(
     eos_token_id: int,
     tokenizer=None,
     stop_at_eos: bool = True,
-) -> list[list[int]]:
-    """Continue each row of token ids (rows may differ in length) in one left-padded batch with a
-    KV cache; row k samples with a CPU generator seeded ``seeds[k]``. Returns the new ids per row
-    (without the final eos). ``tokenizer``: only for ``sampling.exempt_newlines``."""
+) -> Iterator[Step]:
+    """THE decoding loop: continue each row of token ids (rows may differ in length) in one
+    left-padded batch with a KV cache, yielding a :class:`Step` (every row's new token) after each
+    forward pass. Row k samples with a CPU generator seeded ``seeds[k]``. A row stops after its eos
+    (when ``stop_at_eos``); the loop stops when every row has stopped or after ``max_new_tokens``
+    (fewer when the model's context is reached). ``tokenizer``: only for ``sampling.exempt_newlines``.
+    :func:`generate_rows` consumes it whole; the app streams it column by column."""
     if not rows or any(len(row) == 0 for row in rows):
         raise ValueError("every row needs at least one token")
     if len(seeds) != len(rows):
         raise ValueError(f"{len(seeds)} seeds for {len(rows)} rows")
     longest = max(len(row) for row in rows)
-    limit = getattr(model.config, "n_positions", None) or getattr(model.config, "max_position_embeddings", None)
+    limit = context_length(model)
     if limit is not None:
         if longest >= limit:
             raise ValueError(f"the input is {longest} tokens (code included); this model reads at most {limit - 1}")
@@ -94,39 +110,65 @@ def generate_rows(
 
     was_training = model.training
     model.eval()
-    sequences = [list(row) for row in rows]  # each row's real tokens so far
-    finished = [False] * batch
-    out = model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids, use_cache=True)
-    past, logits = out.past_key_values, out.logits[:, -1, :]  # (K, V)
-    for _ in range(max_new_tokens):
-        new = []
-        for k in range(batch):
-            if finished[k]:
-                new.append(eos_token_id)
-                continue
-            seen = torch.tensor([sequences[k]], dtype=torch.long, device=device)  # (1, t): no padding
-            scores = processors(seen, logits[k : k + 1].float())  # (1, V)
-            token = int(next_token(scores, sampling, None if sampling.greedy else generators[k]))
-            sequences[k].append(token)
-            new.append(token)
-            finished[k] = stop_at_eos and token == eos_token_id
-        if all(finished):
-            break
-        step = torch.tensor(new, dtype=torch.long, device=device).unsqueeze(1)  # (K, 1)
-        attention_mask = torch.cat([attention_mask, attention_mask.new_ones(batch, 1)], dim=1)  # (K, L+t)
-        position_ids = position_ids[:, -1:] + 1  # (K, 1)
-        out = model(input_ids=step, attention_mask=attention_mask, position_ids=position_ids,
-                    past_key_values=past, use_cache=True)
-        past, logits = out.past_key_values, out.logits[:, -1, :]
-    model.train(was_training)
+    try:  # a consumer may stop early (a closed browser tab): restore the training flag anyway
+        sequences = [list(row) for row in rows]  # each row's real tokens so far
+        finished = [False] * batch
+        out = model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids, use_cache=True)
+        past, logits = out.past_key_values, out.logits[:, -1, :]  # (K, V)
+        for index in range(max_new_tokens):
+            log_softmax = torch.log_softmax(logits.float(), dim=-1)  # (K, V): the model's own distribution
+            step = Step([], [])
+            for k in range(batch):
+                if finished[k]:
+                    step.tokens.append(None)
+                    step.log_probs.append(None)
+                    continue
+                seen = torch.tensor([sequences[k]], dtype=torch.long, device=device)  # (1, t): no padding
+                scores = processors(seen, logits[k : k + 1].float())  # (1, V)
+                token = int(next_token(scores, sampling, None if sampling.greedy else generators[k]))
+                sequences[k].append(token)
+                step.tokens.append(token)
+                step.log_probs.append(float(log_softmax[k, token]))
+                finished[k] = stop_at_eos and token == eos_token_id
+            yield step
+            if all(finished) or index == max_new_tokens - 1:
+                break  # (no forward pass for a token nobody will read)
+            new = [eos_token_id if token is None else token for token in step.tokens]
+            new_ids = torch.tensor(new, dtype=torch.long, device=device).unsqueeze(1)  # (K, 1)
+            attention_mask = torch.cat([attention_mask, attention_mask.new_ones(batch, 1)], dim=1)  # (K, L+t)
+            position_ids = position_ids[:, -1:] + 1  # (K, 1)
+            out = model(input_ids=new_ids, attention_mask=attention_mask, position_ids=position_ids,
+                        past_key_values=past, use_cache=True)
+            past, logits = out.past_key_values, out.logits[:, -1, :]
+    finally:
+        model.train(was_training)
 
-    continuations = []
-    for k, row in enumerate(rows):
-        continuation = sequences[k][len(row):]
-        if stop_at_eos and continuation and continuation[-1] == eos_token_id:
-            continuation = continuation[:-1]
-        continuations.append(continuation)
+
+def generate_rows(
+    model,
+    rows: Sequence[Sequence[int]],
+    sampling: SamplingConfig,
+    max_new_tokens: int,
+    seeds: Sequence[int],
+    eos_token_id: int,
+    tokenizer=None,
+    stop_at_eos: bool = True,
+) -> list[list[int]]:
+    """:func:`stream_rows` run to the end: the new ids of each row (without the final eos)."""
+    continuations: list[list[int]] = [[] for _ in rows]
+    for step in stream_rows(model, rows, sampling, max_new_tokens, seeds, eos_token_id, tokenizer, stop_at_eos):
+        for k, token in enumerate(step.tokens):
+            if token is not None:
+                continuations[k].append(token)
+    if stop_at_eos:
+        continuations = [ids[:-1] if ids and ids[-1] == eos_token_id else ids for ids in continuations]
     return continuations
+
+
+def context_length(model) -> int | None:
+    """The most positions ``model`` reads (GPT-2's ``n_positions``, else ``max_position_embeddings``)."""
+    config = model.config
+    return getattr(config, "n_positions", None) or getattr(config, "max_position_embeddings", None)
 
 
 def generate_codes(
@@ -155,4 +197,5 @@ def generate_codes(
             for k, (code, ids) in enumerate(zip(codes, continuations))]
 
 
-__all__ = ["Generation", "generate_codes", "generate_rows", "tokenizer_codes"]
+__all__ = ["Generation", "Step", "context_length", "generate_codes", "generate_rows", "stream_rows",
+           "tokenizer_codes"]

@@ -1,0 +1,379 @@
+"""The Gradio app (``app.py`` + ``lmstudy.control.serving``): its endpoints through ``gradio_client``
+against the app launched on a free local port, greedy equality with ``generate_codes``, the message
+of every bad input, the busy message of a full queue, the checkpoint allow-list and a plain Hugging
+Face causal LM behind ``--model``.
+
+The model is the tiny two-domain model of tests/test_control.py (codes Alpha and Beta), so these
+tests do not depend on the demo checkpoint."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import shutil
+import socket
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+import app
+from lmstudy.control.generation import generate_codes
+from lmstudy.control.sampling import SamplingConfig
+from lmstudy.control.serving import (
+    NO_CHECKPOINT,
+    InputError,
+    ModelRegistry,
+    ServedModel,
+    allowed_checkpoints,
+    attribute_text,
+    load_served_model,
+    parse_code,
+    prepare_comparison,
+    stream_comparison,
+)
+from tests.conftest import require_corpus
+from tests.test_control import trained  # noqa: F401  (the tiny two-domain model: a shared module fixture)
+
+gradio_client = pytest.importorskip("gradio_client")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@contextlib.contextmanager
+def running(demo):
+    """The app on a free local port (a server thread), and a client for it."""
+    port = free_port()
+    demo.launch(server_name="127.0.0.1", server_port=port, prevent_thread_lock=True, quiet=True, ssr_mode=False)
+    try:
+        yield gradio_client.Client(f"http://127.0.0.1:{port}/", verbose=False, analytics_enabled=False,
+                                   download_files=False)
+    finally:
+        demo.close()
+
+
+@pytest.fixture(scope="module")
+def model_dir(trained, tmp_path_factory):  # noqa: F811
+    return trained[3].path / "model"
+
+
+@pytest.fixture(scope="module")
+def client(model_dir, tmp_path_factory):
+    """The app with ``--model <tiny model>``; empty models/ and runs/ folders, so the allow-list is empty."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("LMSTUDY_MODELS", str(tmp_path_factory.mktemp("models")))
+        mp.setenv("LMSTUDY_RUNS", str(tmp_path_factory.mktemp("runs")))
+        with running(app.build_demo(model=str(model_dir), max_queue=8)) as c:
+            yield c
+
+
+SETTINGS = dict(decoding="greedy", temperature=1.0, top_k=0, top_p=1.0, penalty="none", theta=1.2, max_new_tokens=10,
+                seed=0, same_seed=True)
+
+
+def compare(client, model, prompt="apple", codes=("Alpha", "Beta"), n=None, **overrides):
+    settings = {**SETTINGS, **overrides}
+    codes = list(codes) + [""] * (4 - len(codes))
+    return client.predict(model, prompt, n or len([c for c in codes if c]), *codes, *settings.values(),
+                          api_name="/compare")
+
+
+def test_compare_greedy_equals_generate_codes(client, trained, model_dir):  # noqa: F811
+    loaded = trained[0]
+    outputs = compare(client, str(model_dir), "apple", ("Alpha", "Beta"), max_new_tokens=12)
+    assert len(outputs) == 9  # 4 texts, 4 stats lines, 1 status
+    texts, stats, status = outputs[:4], outputs[4:8], outputs[8]
+    direct = generate_codes(loaded.model, loaded.tokenizer, "apple", ["Alpha", "Beta"], SamplingConfig(greedy=True),
+                            max_new_tokens=12)
+    assert texts[:2] == tuple(g.prompt + g.text for g in direct) and texts[2:] == ("", "")
+    assert texts[0] != texts[1]  # the codes matter
+    for line, code in zip(stats[:2], ("Alpha", "Beta")):
+        assert f"**{code}**" in line and "perplexity" in line and "tokens/s" in line and "done" in line
+    assert stats[2:] == ("", "") and status == ""
+    # The paper's penalty and three columns (a code twice: same seed, same text).
+    outputs = compare(client, str(model_dir), "gear", ("Beta", "Alpha", "Beta"), penalty="ctrl", theta=1.2)
+    direct = generate_codes(loaded.model, loaded.tokenizer, "gear", ["Beta", "Alpha", "Beta"],
+                            SamplingConfig(greedy=True, penalty="ctrl", theta=1.2), max_new_tokens=10)
+    assert outputs[:3] == tuple(g.prompt + g.text for g in direct) and outputs[0] == outputs[2]
+
+
+def test_compare_sampling_seeds(client, trained, model_dir):  # noqa: F811
+    loaded = trained[0]
+    sampling = SamplingConfig(temperature=0.9, top_k=20, top_p=0.95, penalty="hf", theta=1.3)
+    settings = dict(decoding="sample", temperature=0.9, top_k=20, top_p=0.95, penalty="hf", theta=1.3, seed=5)
+    same = compare(client, str(model_dir), "apple", ("Alpha", "Alpha"), **settings, same_seed=True)
+    assert same[0] == same[1]  # same code, same seed: the same text
+    direct = generate_codes(loaded.model, loaded.tokenizer, "apple", ["Alpha", "Alpha"], sampling, 10, seed=5)
+    assert same[:2] == tuple(g.prompt + g.text for g in direct)
+    apart = compare(client, str(model_dir), "apple", ("Alpha", "Alpha"), **settings, same_seed=False)
+    direct = generate_codes(loaded.model, loaded.tokenizer, "apple", ["Alpha", "Alpha"], sampling, 10, seeds=[5, 6])
+    assert apart[:2] == tuple(g.prompt + g.text for g in direct) and "seed 6" in apart[5]
+
+
+def test_compare_streams_column_by_column(model_dir):
+    served = load_served_model(model_dir)
+    comparison = prepare_comparison(served, "apple", ["Alpha", "Beta"], "greedy", 1.0, 0, 1.0, "none", 1.2, 8, 0)
+    states = [[(c.text, len(c.token_ids), c.finished) for c in columns]
+              for columns in stream_comparison(served, comparison)]
+    lengths = [[n for _, n, _ in state] for state in states]
+    assert all(a <= b for first, second in zip(lengths, lengths[1:]) for a, b in zip(first, second))  # grows
+    assert len(states) >= max(lengths[-1]) >= 2  # one update per decoding step, not one at the end
+    assert all(finished for _, _, finished in states[-1])
+    direct = generate_codes(served.model, served.tokenizer, "apple", ["Alpha", "Beta"], SamplingConfig(greedy=True), 8)
+    assert [text for text, _, _ in states[-1]] == [g.prompt + g.text for g in direct]
+
+
+def test_attribute_endpoint(client, model_dir):
+    chart, table, notice = client.predict(str(model_dir), "engine piston gear valve bolt.", "", "uniform",
+                                          api_name="/attribute")
+    assert [row[0] for row in chart["data"]][0] == "Beta"
+    assert table["headers"][:4] == ["rank", "code", "probability", "perplexity"]
+    rows = table["data"]
+    assert [r[1] for r in rows] == ["Beta", "Alpha"] and rows[0][0] == 1 and rows[0][3] < rows[1][3]
+    assert sum(r[2] for r in rows) == pytest.approx(1.0, abs=1e-3) and notice == ""
+    _, table, _ = client.predict(str(model_dir), "pear plum.", "Alpha", "empirical", api_name="/attribute")
+    assert [r[1] for r in table["data"]] == ["Alpha"] and table["data"][0][5] == 1.0  # prior column
+    _, _, notice = client.predict(str(model_dir), "apple banana " * 40, "", "uniform", api_name="/attribute")
+    assert "scored its first 31" in notice  # cut to the context (32 positions, code included)
+    info, *codes = client.predict(str(model_dir), api_name="/select_model")
+    assert "control-code model" in info and "context 32 tokens" in info and [c["value"] for c in codes] == [
+        "Alpha", "Beta", "", ""]
+
+
+BAD_COMPARE = [
+    (dict(prompt=""), "The prompt is empty"),
+    (dict(prompt="   \n "), "The prompt is empty"),
+    (dict(prompt="apple\x07 pear"), "non-printable character (U+0007)"),
+    (dict(prompt="apple\u200b pear"), "non-printable character (U+200B)"),
+    (dict(prompt="apple <|endoftext|> pear"), "'<|endoftext|>', one of the model's special tokens"),
+    (dict(prompt="<|Alpha|> apple"), "'<|Alpha|>', one of the model's special tokens"),
+    (dict(prompt="x" * 20_001), "the limit is 20,000"),
+    (dict(codes=("Alpha", "Gamma")), "Unknown control code 'Gamma' (column 2); this model knows: Alpha, Beta"),
+    (dict(codes=("Alpha", "")), "Choose a control code (column 2)"),
+    (dict(codes=("<|Alpha", "Beta")), "Unknown control code '<|Alpha' (column 1)"),
+    (dict(codes=("Alpha", "Beta\x00")), "non-printable character (U+0000)"),
+    (dict(decoding="sample", temperature=0), "temperature must be > 0"),
+    (dict(decoding="sample", temperature=-1.0), "temperature must be > 0"),
+    (dict(top_p=0.0), "0 < top_p <= 1"),
+    (dict(top_p=1.5), "0 < top_p <= 1"),
+    (dict(top_k=-3), "top_k must be >= 0"),
+    (dict(penalty="ctrl", theta=0.0), "θ must be > 0"),
+    (dict(max_new_tokens=17), "Max new tokens must be between 1 and 16 for this model (its context is 32 tokens)"),
+    (dict(max_new_tokens=100_000), "Max new tokens must be between 1 and 16"),
+    (dict(max_new_tokens=0), "Max new tokens must be between 1 and 16"),
+]
+
+
+@pytest.mark.parametrize("bad, message", BAD_COMPARE, ids=[m for _, m in BAD_COMPARE])
+def test_every_bad_compare_input_gets_its_message(client, model_dir, bad, message):
+    bad = dict(bad)
+    prompt, codes = bad.pop("prompt", "apple"), bad.pop("codes", ("Alpha", "Beta"))
+    with pytest.raises(gradio_client.exceptions.AppError) as error:
+        compare(client, str(model_dir), prompt, codes, n=2, **bad)
+    assert message in str(error.value)
+    assert "Traceback" not in str(error.value)
+
+
+def test_long_prompt_is_cut_with_a_notice_and_paths_from_the_browser_are_refused(client, model_dir):
+    outputs = compare(client, str(model_dir), "apple banana cherry " * 20, ("Alpha", "Beta"), max_new_tokens=10)
+    assert "the model read only its last 21" in outputs[8]  # 32 = code 1 + prompt 21 + 10 new tokens
+    assert outputs[0].startswith("apple banana cherry " * 20)
+    for model in ("/etc", str(model_dir.parent)):  # not on the list: never opened
+        with pytest.raises(gradio_client.exceptions.AppError, match="not in the list of choices|unknown model"):
+            compare(client, model)
+    with pytest.raises(gradio_client.exceptions.AppError, match="The text is empty"):
+        client.predict(str(model_dir), " ", "", "uniform", api_name="/attribute")
+    with pytest.raises(gradio_client.exceptions.AppError, match="Unknown control code 'Gamma'"):
+        client.predict(str(model_dir), "apple", "Alpha, Gamma", "uniform", api_name="/attribute")
+
+
+# --------------------------------------------------------------------------------------------
+# codes of the study's domains (composite codes), without a model
+
+
+@pytest.fixture(scope="module")
+def study_codes_model():
+    """A ServedModel whose tokenizer has some of the study's codes (no network: only parse_code is used)."""
+    from lmstudy.control.codes import code_token
+    from lmstudy.tokenization import END_OF_TEXT, train_bpe
+
+    names = ["Wikipedia", "Reviews", "Questions", "News"]
+    tokenizer = train_bpe(["Rating: 5.0 a film. Q: who? Title: x Text: y"] * 5, 300,
+                          special_tokens=[END_OF_TEXT, *map(code_token, names)])
+    return ServedModel("study", None, tokenizer, "control", names, {n: 0.25 for n in names})
+
+
+@pytest.mark.parametrize("code, glue, secondary", [
+    ("Reviews", "", ""), ("<|Reviews|>", "", ""), ("Reviews Rating: 1.0", "", "Rating: 1.0\n"),
+    ("Reviews  Rating: 5.0 ", "", "Rating: 5.0\n"), ("Questions Q:", " ", "Q:"), ("News Text:", " ", "Text:"),
+    ("News Title: Markets fall", "", "Title: Markets fall\n"),
+])
+def test_composite_codes(study_codes_model, code, glue, secondary):
+    tok = study_codes_model.tokenizer
+    prefix = parse_code(study_codes_model, code)
+    assert prefix.ids[0] == tok.convert_tokens_to_ids(f"<|{code.split()[0].strip('<|>')}|>")
+    assert prefix.glue == glue and tok.decode(prefix.ids[1:]) == secondary
+
+
+@pytest.mark.parametrize("code, message", [
+    ("Reviews Rating: 7.0", "after Reviews write `Rating: 1.0` to `Rating: 5.0`"),
+    ("Reviews Rating: 1", "Malformed control code 'Reviews Rating: 1'"),
+    ("Reviews Stars: 5", "Malformed control code"),
+    ("Wikipedia Rating: 1.0", "Wikipedia takes no secondary code (these do: Reviews, News, Questions)"),
+    ("Questions What?", "after Questions write `Q:`"),
+    ("Books", "Unknown control code 'Books'; this model knows: Wikipedia, Reviews, Questions, News"),
+    ("reviews", "Unknown control code 'reviews'"),
+])
+def test_malformed_codes(study_codes_model, code, message):
+    with pytest.raises(InputError) as error:
+        parse_code(study_codes_model, code)
+    assert message in str(error.value)
+
+
+# --------------------------------------------------------------------------------------------
+# the allow-list, no checkpoint at all, the command line
+
+
+def _fake_checkpoint(folder: Path, source: Path) -> Path:
+    shutil.copytree(source, folder)
+    return folder
+
+
+def test_allow_list(model_dir, tmp_path, monkeypatch):
+    models, runs = tmp_path / "models", tmp_path / "runs"
+    monkeypatch.setenv("LMSTUDY_MODELS", str(models))
+    monkeypatch.setenv("LMSTUDY_RUNS", str(runs))
+    _fake_checkpoint(models / "aaa", model_dir)
+    _fake_checkpoint(models / "ctrl-demo", model_dir)
+    _fake_checkpoint(models / "smoke" / "ctrl-demo", model_dir)
+    _fake_checkpoint(runs / "04_control_codes" / "0123abcd" / "model", model_dir)
+    (models / "notes").mkdir()  # no control_codes.json: not a checkpoint
+    (models / "notes" / "config.json").write_text(json.dumps({}))
+    _fake_checkpoint(models / "a" / "b" / "c", model_dir)  # too deep
+    found = allowed_checkpoints()
+    assert [path.relative_to(tmp_path).as_posix() for path in found.values()] == [
+        "models/ctrl-demo", "models/aaa", "models/smoke/ctrl-demo", "runs/04_control_codes/0123abcd/model"]
+    registry = ModelRegistry()
+    assert registry.default() == str(models / "ctrl-demo")  # outside the repository: the full path
+    assert registry.get(registry.default()).codes == ["Alpha", "Beta"]
+    with pytest.raises(InputError, match="unknown model"):
+        registry.get(str(models / "a" / "b" / "c"))
+    assert registry.get(registry.default()) is registry.get(registry.default())  # loaded once
+    # --model naming a listed folder: offered first, under its list name.
+    choices = ModelRegistry(extra=f"{models}/smoke/../smoke/ctrl-demo/").choices()
+    assert list(choices)[:2] == [str(models / "smoke" / "ctrl-demo"), str(models / "ctrl-demo")] and len(choices) == 4
+
+
+def test_no_checkpoint_page_says_how_to_get_one(tmp_path, monkeypatch):
+    monkeypatch.setenv("LMSTUDY_MODELS", str(tmp_path / "models"))
+    monkeypatch.setenv("LMSTUDY_RUNS", str(tmp_path / "runs"))
+    demo = app.build_demo()
+    markdown = [block.value for block in demo.blocks.values() if block.__class__.__name__ == "Markdown"]
+    assert any("python -m lmstudy study 04_control_codes --scale smoke" in str(text) for text in markdown)
+    with running(demo) as c, pytest.raises(gradio_client.exceptions.AppError, match="No model found"):
+        c.predict(None, "apple", 2, "", "", "", "", *SETTINGS.values(), api_name="/compare")
+    assert "No model found" in NO_CHECKPOINT
+
+
+def test_main_listens_on_localhost_by_default(model_dir, monkeypatch):
+    calls = []
+    monkeypatch.setattr(app.gr.Blocks, "launch", lambda self, **kwargs: calls.append((self, kwargs)))
+    app.main(["--model", str(model_dir), "--max-queue", "3"])
+    demo, kwargs = calls[-1]
+    assert kwargs["server_name"] == "127.0.0.1" and kwargs["server_port"] == 7860 and kwargs["share"] is False
+    assert demo._queue.max_size == 3
+    app.main(["--model", str(model_dir), "--host", "0.0.0.0", "--port", "8123", "--share"])
+    assert calls[-1][1] == {"server_name": "0.0.0.0", "server_port": 8123, "share": True, "ssr_mode": False}
+    with pytest.raises(SystemExit):
+        app.main(["--model", str(model_dir.parent / "nope")])
+
+
+# --------------------------------------------------------------------------------------------
+# --model with a plain Hugging Face causal LM
+
+
+@pytest.fixture(scope="module")
+def plain_dir(tmp_path_factory):
+    require_corpus("gpt2_bpe")
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    from lmstudy.tokenization import gpt2_tokenizer
+
+    tokenizer = gpt2_tokenizer()
+    torch.manual_seed(0)
+    model = GPT2LMHeadModel(GPT2Config(vocab_size=len(tokenizer), n_positions=64, n_embd=16, n_layer=1, n_head=2))
+    path = tmp_path_factory.mktemp("tiny-gpt2")
+    model.save_pretrained(path)
+    tokenizer.save_pretrained(path)
+    return path
+
+
+def test_plain_causal_lm_codes_are_text_prefixes(plain_dir):
+    served = load_served_model(plain_dir)
+    assert served.kind == "plain" and served.mixture is None and served.max_new_tokens == 32
+    tok = served.tokenizer
+    comparison = prepare_comparison(served, "The film", ["Reviews:", ""], "greedy", 1.0, 0, 1.0, "none", 1.2, 6, 0)
+    assert comparison.rows == [tok("Reviews:")["input_ids"] + tok(" The film")["input_ids"], tok("The film")["input_ids"]]
+    columns = list(stream_comparison(served, comparison))[-1]
+    for column, row in zip(columns, comparison.rows):
+        prompt = torch.tensor([row])
+        hf = served.model.generate(prompt, attention_mask=torch.ones_like(prompt), do_sample=False, max_new_tokens=6,
+                                   min_new_tokens=6, pad_token_id=tok.eos_token_id)
+        assert column.token_ids == hf[0, len(row):].tolist() and column.text == "The film" + tok.decode(column.token_ids)
+    table, notice = attribute_text(served, "A great film.", "Reviews:, Wikipedia:", "uniform")
+    assert sorted(table["code"]) == ["Reviews:", "Wikipedia:"] and table["probability"].sum() == pytest.approx(1.0)
+    assert notice == "" and (table["tokens"] == len(tok(" A great film.")["input_ids"])).all()
+    with pytest.raises(InputError, match="no training mixture"):
+        attribute_text(served, "A great film.", "Reviews:", "empirical")
+    with pytest.raises(InputError, match="Type the codes to compare"):
+        attribute_text(served, "A great film.", "", "uniform")
+    with pytest.raises(InputError, match="'<|endoftext|>', one of the model's special tokens"):
+        prepare_comparison(served, "a <|endoftext|>", ["x", "y"], "greedy", 1.0, 0, 1.0, "none", 1.2, 6, 0)
+
+
+def test_plain_causal_lm_through_the_app(plain_dir, tmp_path, monkeypatch):
+    monkeypatch.setenv("LMSTUDY_MODELS", str(tmp_path / "models"))
+    monkeypatch.setenv("LMSTUDY_RUNS", str(tmp_path / "runs"))
+    with running(app.build_demo(model=str(plain_dir))) as c:
+        outputs = c.predict(str(plain_dir), "The film", 2, "Reviews:", "Books:", "", "", *SETTINGS.values(),
+                            api_name="/compare")
+        assert len(outputs) == 9 and all(text.startswith("The film") for text in outputs[:2])
+        chart, table, notice = c.predict(str(plain_dir), "A film.", "Reviews:, Books:", "uniform",
+                                         api_name="/attribute")
+        assert len(table["data"]) == 2
+
+
+def test_a_full_queue_says_busy(model_dir, tmp_path, monkeypatch):
+    """max_queue=1: one request runs (held until released), one waits, the next is told to try again."""
+    import threading
+
+    from lmstudy.control import serving
+
+    monkeypatch.setenv("LMSTUDY_MODELS", str(tmp_path / "models"))
+    monkeypatch.setenv("LMSTUDY_RUNS", str(tmp_path / "runs"))
+    release, started = threading.Event(), threading.Event()
+
+    def held(*args, **kwargs):
+        started.set()
+        release.wait(timeout=60)
+        yield from real(*args, **kwargs)
+
+    real = serving.stream_rows
+    monkeypatch.setattr(serving, "stream_rows", held)
+    with running(app.build_demo(model=str(model_dir), max_queue=1)) as c:
+        args = (str(model_dir), "apple", 2, "Alpha", "Beta", "", "", *SETTINGS.values())
+        running_job = c.submit(*args, api_name="/compare")
+        assert started.wait(timeout=30)
+        waiting_job = c.submit(*args, api_name="/compare")
+        deadline = time.monotonic() + 30
+        while waiting_job.status().code.name != "IN_QUEUE" and time.monotonic() < deadline:
+            time.sleep(0.05)
+        with pytest.raises(gradio_client.utils.QueueError, match="Queue is full! Please try again."):
+            c.predict(*args, api_name="/compare")
+        release.set()
+        assert len(running_job.result(timeout=60)) == 9 and len(waiting_job.result(timeout=60)) == 9
