@@ -1,5 +1,5 @@
 # lmstudy: every command creates (or reuses) the local virtualenv .venv by itself.
-#   make demo    set up, then run the main job
+#   make demo    set up, then start the app (python app.py, http://127.0.0.1:7860)
 #   make test    set up, then run the tests (what CI runs through .ci/run)
 #   make lab     set up, then open JupyterLab on the notebooks with the lmstudy kernel
 #   make bench   set up, then run the speed benchmarks in benchmarks/
@@ -24,7 +24,7 @@ $(STAMP): pyproject.toml constraints.txt
 setup: $(STAMP)
 
 demo: setup
-	$(PY) -m lmstudy study quickstart --scale smoke
+	$(PY) app.py
 
 test: setup
 	scripts/install_kenlm.sh $(PY)

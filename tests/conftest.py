@@ -36,6 +36,18 @@ def require_corpus(name: str) -> None:
     pytest.skip(message)
 
 
+def require_kenlm() -> None:
+    """Skip (or, in CI, fail) unless KenLM's binaries are installed (``make test`` installs them)."""
+    from lmstudy.ngram import INSTALL_HINT, kenlm_bin
+
+    if kenlm_bin() is not None:
+        return
+    message = f"KenLM not installed: {INSTALL_HINT}"
+    if IN_CI:
+        pytest.fail(message)
+    pytest.skip(message)
+
+
 def pytest_collection_modifyitems(config, items):
     """nbval notebook cells: apply the same rule to the corpora a notebook declares it needs.
 

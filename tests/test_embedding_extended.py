@@ -130,15 +130,13 @@ def test_presets_have_every_key():
 @pytest.mark.slow
 def test_smoke_pipeline(tmp_path, monkeypatch):
     """Every table at smoke scale on the real news corpus (builds its token cache: ~1 min)."""
-    from conftest import require_corpus
+    from conftest import require_corpus, require_kenlm
 
     from lmstudy import hpsearch
-    from lmstudy.ngram import kenlm_bin
 
     for corpus in ("reuters21578", "bbc_news", "gpt2_bpe"):
         require_corpus(corpus)
-    if kenlm_bin() is None:
-        pytest.skip("KenLM not installed (scripts/install_kenlm.sh)")
+    require_kenlm()
     monkeypatch.setenv("LMSTUDY_RUNS", str(tmp_path / "runs"))
     params = PRESETS[ex.STUDY]["smoke"]
     t3, t6 = ex.table3(params), ex.table6(params)

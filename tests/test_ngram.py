@@ -8,7 +8,6 @@ import pytest
 from lmstudy.ngram import (
     UNK_WORD,
     ArpaModel,
-    kenlm_bin,
     kenlm_query_perplexity,
     kenlm_sentences,
     ngram_perplexity,
@@ -16,6 +15,7 @@ from lmstudy.ngram import (
     train_arpa,
 )
 from lmstudy.text import Vocab
+from tests.conftest import require_kenlm
 
 # A hand-written bigram model (log10 probabilities, back-off weights).
 TINY_ARPA = """\\data\\
@@ -41,7 +41,11 @@ TINY_TEXT = [["a"], ["a", "a"], ["b"]]
 TINY_LOG10 = -3.3
 TINY_PPL = 10 ** (3.3 / 7)
 
-needs_kenlm = pytest.mark.skipif(kenlm_bin() is None, reason="KenLM not installed (scripts/install_kenlm.sh)")
+
+
+@pytest.fixture
+def needs_kenlm():
+    require_kenlm()
 
 
 @pytest.fixture
@@ -67,7 +71,7 @@ def test_unk_word_mapping():
     assert list(kenlm_sentences([["a", "<unk>"]])) == [["a", UNK_WORD]]
 
 
-@needs_kenlm
+@pytest.mark.usefixtures("needs_kenlm")
 def test_kenlm_query_agrees_on_hand_written_model(tiny_arpa):
     assert kenlm_query_perplexity(tiny_arpa, TINY_TEXT) == pytest.approx(TINY_PPL, rel=1e-5)
 
@@ -79,7 +83,7 @@ CORPUS = [s.split() for s in (
 EVAL = [s.split() for s in ("the cat sat on the log", "a dog saw the red mat", "the bird sat on the mat")]
 
 
-@needs_kenlm
+@pytest.mark.usefixtures("needs_kenlm")
 def test_lmplz_model_scored_like_kenlm_query(tmp_path):
     arpa = train_arpa(CORPUS, tmp_path / "m.arpa")
     model = ArpaModel.load(arpa)
@@ -89,7 +93,7 @@ def test_lmplz_model_scored_like_kenlm_query(tmp_path):
     assert ours.ppl == pytest.approx(kenlm_query_perplexity(arpa, EVAL), rel=1e-5)
 
 
-@needs_kenlm
+@pytest.mark.usefixtures("needs_kenlm")
 def test_ngram_perplexity_with_lstm_vocabulary(tmp_path):
     # K = 0 vocabulary holding an evaluation-only word ("bird"), as load_word_lm builds it.
     counts = {}
