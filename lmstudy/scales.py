@@ -41,8 +41,10 @@ PRESETS: dict[str, dict[str, dict]] = {
         ),
         # The published run and demo checkpoint: all 20 codes, up to 1,000 training documents each
         # cut to 3,000 characters, 20 held-out documents per code; GPT-2 4x256 with an 8k BPE: 5.3M
-        # parameters, 10.6 MB in fp16. 3,000 steps x 16 x 128 = 6.1M training tokens: one torch thread
-        # takes ~1.4 s a step on the 2-core machine, so training is ~75 min and leaves the other core free.
+        # parameters, 10.6 MB in fp16. 3,000 steps x 16 x 128 = 6.1M training tokens. Measured seconds a step
+        # on the 2-core machine: 1.4 (one thread, quiet machine), 2.5-2.7 (one thread, a slower machine),
+        # 1.6-1.8 (two threads, nothing else running); the published run took ~110 min of training plus
+        # ~8 min reading and encoding the documents and ~19 min of evaluation, 6 of them reading the held-out documents (notebook 04).
         "cpu": dict(
             codes=[], train_docs=1000, eval_docs=20, max_doc_chars=3000, mixture="uniform", vocab_size=8192,
             n_layer=4, n_head=4, n_embd=256, seq_len=128, init_from="",

@@ -17,15 +17,17 @@ from lmstudy.control.data import CodedTexts, MixtureConfig, build_task, build_to
 from lmstudy.control.generation import generate_codes, generate_rows, tokenizer_codes
 from lmstudy.control.model import (
     ControlConfig,
+    export_model,
     fit,
     load_control_model,
     pretrained_with_codes,
+    read_run_record,
     save_control_model,
     scale_config,
 )
 from lmstudy.control.sampling import CTRLRepetitionPenalty, HFRepetitionPenalty, SamplingConfig, build_processors
 from lmstudy.data.documents import Document
-from lmstudy.runs import get_run
+from lmstudy.runs import get_run, read_log_records
 from tests.conftest import require_corpus
 
 torch.set_num_threads(1)
@@ -183,6 +185,18 @@ def test_training_learns_and_saves_a_loadable_model(trained, tmp_path):
     assert reloaded.model.dtype == torch.float32
     assert torch.allclose(reloaded.model(ids).logits, loaded.model(ids).logits, atol=0.05)
 
+
+def test_exported_model_describes_its_run(trained, tmp_path):
+    loaded, metrics, _, run = trained
+    config = ControlConfig(vocab_size=300, n_layer=1, n_head=2, n_embd=32, seq_len=32, seed=0)
+    log = read_log_records(run.log_path)
+    exported = export_model(loaded, tmp_path / "demo", "smoke", config, metrics, log)
+    assert load_control_model(exported).codes == loaded.codes  # still a plain saved model (float16 here)
+    back_config, back_metrics, back_log = read_run_record(exported)
+    assert back_config == config and back_metrics["steps"] == 60 and back_log == log
+    assert [r["kind"] for r in back_log].count("eval") == 2  # eval_every 30 over 60 steps
+    with pytest.raises(FileNotFoundError, match="lmstudy_run.json"):
+        read_run_record(run.path / "model")  # a run's model folder is not an export
 
 def test_attribution_finds_the_source_of_held_out_text(trained):
     loaded, _, texts, _ = trained

@@ -37,6 +37,7 @@ from lmstudy.training import TrainConfig, load_weights, train
 
 STUDY = "04_control_codes"
 CODES_FILE = "control_codes.json"
+RUN_FILE = "lmstudy_run.json"  # beside an exported model: how it was trained (scale, config, metrics, log)
 
 @dataclass(frozen=True)
 class ControlConfig:
@@ -160,6 +161,28 @@ def load_control_model(path: str | Path, device: str | torch.device = "cpu") -> 
     return ControlModel(model, load_tokenizer(path), list(info["codes"]), dict(info["mixture"]))
 
 
+def export_model(ctrl: ControlModel, path: str | Path, scale: str, config: ControlConfig, metrics: dict,
+                 log: list[dict] | None = None, dtype: str | None = "float16") -> Path:
+    """A self-describing copy of a trained model (the app's demo checkpoint): the model
+    (:func:`save_control_model`, float16 by default) plus ``lmstudy_run.json`` with the scale, config,
+    metrics and training log, so :func:`read_run_record` can evaluate it later without the run cache."""
+    path = save_control_model(ctrl.model, ctrl.tokenizer, ctrl.mixture, path, dtype=dtype)
+    record = {"scale": scale, "config": asdict(config), "metrics": metrics, "log": log or []}
+    (path / RUN_FILE).write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
+    return path
+
+
+def read_run_record(path: str | Path) -> tuple[ControlConfig, dict, list[dict]]:
+    """``(config, metrics, log)`` of a model written by :func:`export_model` (the log may be empty:
+    checkpoints exported before the log was recorded have none)."""
+    record_path = Path(path) / RUN_FILE
+    if not record_path.is_file():
+        raise FileNotFoundError(f"{path} has no {RUN_FILE}: it was not written by export_model, so its "
+                                "training config (and held-out documents) are unknown")
+    record = json.loads(record_path.read_text(encoding="utf-8"))
+    return ControlConfig.from_dict(record["config"]), record["metrics"], record.get("log", [])
+
+
 # --------------------------------------------------------------------------------------------
 # train
 
@@ -198,6 +221,6 @@ def train_control_model(config: ControlConfig, texts: CodedTexts | None = None) 
     return get_run(STUDY, asdict(config)).path / "model"
 
 
-__all__ = ["CODES_FILE", "ControlConfig", "ControlModel", "STUDY", "build_model", "fit",
-           "load_control_model", "pretrained_with_codes", "save_control_model", "scale_config",
-           "train_control_model"]
+__all__ = ["CODES_FILE", "RUN_FILE", "ControlConfig", "ControlModel", "STUDY", "build_model", "export_model",
+           "fit", "load_control_model", "pretrained_with_codes", "read_run_record", "save_control_model",
+           "scale_config", "train_control_model"]
