@@ -198,6 +198,7 @@ def test_exported_model_describes_its_run(trained, tmp_path):
     with pytest.raises(FileNotFoundError, match="lmstudy_run.json"):
         read_run_record(run.path / "model")  # a run's model folder is not an export
 
+
 def test_attribution_finds_the_source_of_held_out_text(trained):
     loaded, _, texts, _ = trained
     for code, words, seed in (("Alpha", ALPHA, 10), ("Beta", BETA, 11)):
