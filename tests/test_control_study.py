@@ -12,6 +12,7 @@ from lmstudy.control.attribution import attribution_table
 from lmstudy.control.sampling import SamplingConfig
 from lmstudy.control.study import (
     EMPTY,
+    attribution_examples,
     attribution_summary,
     code_perplexity_table,
     confusion_heatmap,
@@ -66,6 +67,16 @@ def test_attribution_on_the_tiny_model_is_perfect(trained):
     loaded, _, texts, _ = trained
     summary = attribution_summary(attribution_table(loaded.model, loaded.tokenizer, texts.valid))
     assert summary.set_index("true_code").loc["all", "top1"] == 1.0
+
+
+def test_attribution_examples_rank_the_sources_of_each_statement(trained):
+    loaded, _, texts, _ = trained
+    statements = [texts.valid["Alpha"][0][:40], texts.valid["Beta"][0][:40]]
+    table = attribution_examples(loaded.model, loaded.tokenizer, statements, top=2)
+    assert table.columns.tolist() == ["statement", "source_1", "p_1", "source_2", "p_2"]
+    assert table["source_1"].tolist() == ["Alpha", "Beta"]  # each held-out statement to its own domain
+    assert (table["p_1"] + table["p_2"]).tolist() == pytest.approx([1.0, 1.0])  # two codes: the whole posterior
+    assert (table["p_1"] >= table["p_2"]).all()
 
 
 def test_side_by_side_and_controllability(trained):

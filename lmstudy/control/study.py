@@ -13,6 +13,9 @@ What the notebook measures, and our decisions:
 - **Source attribution accuracy** (:func:`attribution_summary`, :func:`confusion_matrix`): on the
   rows of ``attribution.attribution_table`` (uniform prior, as in the paper): top-1 and top-3
   accuracy per true code and overall, chance ``1/K`` and ``3/K``.
+- **Table 6 style probes** (:func:`attribution_examples`): short statements of our own (the paper's
+  Table 6 probes Reddit opinions we have no codes for), each with its three most likely sources
+  under a uniform prior, as a descriptive check of what the model associates with each code.
 - **Controllability** (:func:`train_domain_classifier`, :func:`controllability`): a scikit-learn
   TF-IDF (word 1-2-grams + character 2-4-grams) + logistic-regression classifier is trained on
   *real* held-out text of each domain and applied to continuations of neutral prompts generated
@@ -37,6 +40,7 @@ import pandas as pd
 import seaborn as sns
 import torch
 
+from lmstudy.control.attribution import attribute
 from lmstudy.control.data import code_id, code_stream_loss, encode_stream
 from lmstudy.control.generation import generate_codes
 from lmstudy.control.model import STUDY, ControlConfig
@@ -50,6 +54,19 @@ def control_run(config: ControlConfig) -> Run:
 
 
 NEUTRAL_PROMPTS = ("The", "I think that", "Yesterday", "This is")
+# Table 6 style probes: one statement in the manner of several of our domains, and pairs that differ
+# only in punctuation (the paper notes the ranking is sensitive to such changes).
+PROBE_STATEMENTS = (
+    "The film was a waste of two hours.",
+    "The film was a waste of two hours",
+    "Shares of the company fell 5 percent after the report.",
+    "how do i mount a usb drive in ubuntu?",
+    "What is the capital of Australia?",
+    "What is the capital of Australia ?",  # the TREC questions are tokenised: a space before "?"
+    "A man in a blue shirt is riding a bike.",
+    "Global warming is a lie.",
+    "Global warming is a lie",
+)
 EMPTY = "(empty)"  # the prediction recorded for an empty continuation
 
 
@@ -106,6 +123,20 @@ def attribution_summary(table: pd.DataFrame) -> pd.DataFrame:
                              "top3": float((table["true_rank"] <= 3).mean())}])
     summary = pd.concat([per_code, overall], ignore_index=True)
     return summary.assign(chance_top1=1 / k, chance_top3=min(3, k) / k)
+
+
+def attribution_examples(model, tokenizer, statements: Sequence[str] = PROBE_STATEMENTS, top: int = 3,
+                         codes: Sequence[str] | None = None) -> pd.DataFrame:
+    """The paper's Table 6 on our model: one row per statement with its ``top`` most likely codes
+    (uniform prior) and their posterior probabilities, ``statement, source_1, p_1, source_2, ...``."""
+    rows = []
+    for statement in statements:
+        ranking = attribute(model, tokenizer, statement, codes).head(top)
+        row = {"statement": statement}
+        for rank, (code, probability) in enumerate(zip(ranking["code"], ranking["probability"]), start=1):
+            row[f"source_{rank}"], row[f"p_{rank}"] = code, float(probability)
+        rows.append(row)
+    return pd.DataFrame(rows)
 
 
 def confusion_matrix(table: pd.DataFrame, codes: Sequence[str] | None = None) -> pd.DataFrame:
@@ -261,6 +292,7 @@ def repetition_plot(summary: pd.DataFrame, title: str = "") -> plt.Figure:
     return figure
 
 
-__all__ = ["EMPTY", "NEUTRAL_PROMPTS", "attribution_summary", "code_perplexity_table", "confusion_heatmap",
-           "confusion_matrix", "control_run", "controllability", "decoding_settings", "repetition_plot", "repetition_stats",
-           "repetition_summary", "repetition_sweep", "side_by_side", "train_domain_classifier"]
+__all__ = ["EMPTY", "NEUTRAL_PROMPTS", "PROBE_STATEMENTS", "attribution_examples", "attribution_summary",
+           "code_perplexity_table", "confusion_heatmap", "confusion_matrix", "control_run", "controllability",
+           "decoding_settings", "repetition_plot", "repetition_stats", "repetition_summary", "repetition_sweep",
+           "side_by_side", "train_domain_classifier"]
