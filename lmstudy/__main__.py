@@ -7,6 +7,7 @@ Commands:
   generate --model DIR --code C --prompt TEXT        control-coded generation (CTRL study)
   attribute --model DIR TEXT                         source attribution p(code | text) (CTRL study)
   hpsearch --scale S [--n-trials N] [--storage URL]  Welch Figure 1 random search with Optuna (study 01b)
+  runs archive STUDY DEST [--weights W] | restore SRC carry finished runs between machines (run_archive)
 
 Every command has ``--help``.
 """
@@ -84,6 +85,9 @@ def build_parser() -> argparse.ArgumentParser:
     from lmstudy import hpsearch
 
     hpsearch.register(subparsers)
+    from lmstudy import run_archive
+
+    run_archive.register(subparsers)
     return parser
 
 

@@ -1,0 +1,119 @@
+"""Carry finished runs from one machine to another: archive them into a folder that can be committed,
+restore them into the run cache elsewhere.
+
+Why: the run cache (``runs/``) is git-ignored and lives on one machine. A ``cpu`` study that takes longer
+than one working session on a borrowed machine (or one that a later study builds on: the Entity study
+starts from the Krony base) would be lost with the machine. An archive keeps what a rerun needs to
+pick up where it stopped.
+
+What is archived, per *finished* run (``metrics.json`` present) of a study::
+
+    DEST/<study>/<hash>/config.json, metrics.json, log.jsonl   always (a few kB)
+    DEST/<study>/<hash>/<other folders>                          tokenizer/, best/, model/, ...: only
+                                                                 for runs selected by ``weights``
+The training ``checkpoint/`` (latest weights plus optimizer state) is never archived: a finished run
+does not need it. Unfinished runs are skipped; they restart from scratch after a restore.
+
+``weights`` chooses which runs keep their folders: ``"all"``, ``"none"``, or ``"KEY=VALUE"`` matched
+against the run's flattened config (``stage=base``: only the Krony base, the one run later stages load
+weights from; the others are needed for their metrics and logs only, and weigh ~20 MB each).
+
+A restore copies each archived run into ``runs_dir()`` unless that run is already finished there; the
+config check of :func:`lmstudy.runs.get_run` guarantees an archived run is only used for its own config.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+from pathlib import Path
+
+from lmstudy.paths import runs_dir
+from lmstudy.runs import CHECKPOINT_DIR, CONFIG_FILE, LOG_FILE, METRICS_FILE, _flatten
+
+SMALL_FILES = (CONFIG_FILE, METRICS_FILE, LOG_FILE)
+
+
+def _keeps_weights(config: dict, weights: str) -> bool:
+    if weights == "all":
+        return True
+    if weights == "none":
+        return False
+    key, sep, value = weights.partition("=")
+    if not sep or not key:
+        raise ValueError(f"weights must be 'all', 'none' or KEY=VALUE (e.g. stage=base), got {weights!r}")
+    return str(_flatten(config).get(key)) == value
+
+
+def archive_runs(study: str, dest: str | Path, weights: str = "all") -> list[str]:
+    """Copy the finished runs of ``study`` from ``runs_dir()`` to ``dest/<study>/``; returns their hashes."""
+    source = runs_dir() / study
+    if not source.is_dir():
+        raise FileNotFoundError(f"no runs of study {study!r} in {runs_dir()}")
+    archived = []
+    for run_dir in sorted(source.iterdir()):
+        if not (run_dir / METRICS_FILE).is_file():
+            continue  # unfinished: its checkpoint is too large to carry, and it reruns from its config
+        target = Path(dest) / study / run_dir.name
+        target.mkdir(parents=True, exist_ok=True)
+        for name in SMALL_FILES:
+            if (run_dir / name).is_file():
+                shutil.copy2(run_dir / name, target / name)
+        config = json.loads((run_dir / CONFIG_FILE).read_text(encoding="utf-8"))
+        if _keeps_weights(config, weights):
+            for folder in run_dir.iterdir():
+                if folder.is_dir() and folder.name != CHECKPOINT_DIR:
+                    shutil.copytree(folder, target / folder.name, dirs_exist_ok=True)
+        archived.append(run_dir.name)
+    return archived
+
+
+def restore_runs(src: str | Path) -> list[str]:
+    """Copy every run under ``src/<study>/<hash>/`` into ``runs_dir()`` unless it is finished there
+    already; returns ``study/hash`` of the runs restored."""
+    src = Path(src)
+    if not src.is_dir():
+        raise FileNotFoundError(f"no run archive at {src}")
+    restored = []
+    for run_dir in sorted(src.glob(f"*/*/{METRICS_FILE}")):
+        run_dir = run_dir.parent
+        study, run_hash = run_dir.parent.name, run_dir.name
+        target = runs_dir() / study / run_hash
+        if (target / METRICS_FILE).is_file():
+            continue
+        shutil.copytree(run_dir, target, dirs_exist_ok=True)
+        restored.append(f"{study}/{run_hash}")
+    return restored
+
+
+def register(subparsers) -> None:
+    """``python -m lmstudy runs archive STUDY DEST [--weights W]`` and ``runs restore SRC``."""
+    runs = subparsers.add_parser("runs", help="archive finished runs into a folder / restore them into runs/")
+    commands = runs.add_subparsers(dest="runs_command", required=True, metavar="SUBCOMMAND")
+    archive = commands.add_parser("archive", help="copy a study's finished runs (no training checkpoints) to DEST",
+                                  description=__doc__,
+                                  formatter_class=argparse.RawDescriptionHelpFormatter)
+    archive.add_argument("study", help="e.g. 03_kronecker")
+    archive.add_argument("dest", type=Path, help="e.g. results/runs (committed)")
+    archive.add_argument("--weights", default="all",
+                         help="whose folders (weights, tokenizer) to keep: all, none, or KEY=VALUE of the config")
+    archive.set_defaults(handler=_archive)
+    restore = commands.add_parser("restore", help="copy archived runs into the run cache (runs/ or $LMSTUDY_RUNS)")
+    restore.add_argument("src", type=Path, help="an archive folder, e.g. results/runs")
+    restore.set_defaults(handler=_restore)
+
+
+def _archive(args) -> int:
+    hashes = archive_runs(args.study, args.dest, args.weights)
+    print(f"archived {len(hashes)} finished run(s) of {args.study} into {args.dest / args.study}")
+    return 0
+
+
+def _restore(args) -> int:
+    restored = restore_runs(args.src)
+    print(f"restored {len(restored)} run(s) into {runs_dir()}" + "".join(f"\n  {name}" for name in restored))
+    return 0
+
+
+__all__ = ["archive_runs", "restore_runs", "register"]
