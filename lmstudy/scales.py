@@ -231,6 +231,12 @@ PRESETS: dict[str, dict[str, dict]] = {
     },
 }
 
+# Notebook parameters that are not sizes but a mode switch, the same at every scale (their default in
+# the parameters cell): notebook 04 evaluates an exported model instead of training when given one.
+NOTEBOOK_OPTIONS: dict[str, dict] = {
+    "04_control_codes": {"checkpoint": ""},
+}
+
 
 def preset(study: str, scale: str) -> dict:
     """The parameters of ``study`` at ``scale`` (a copy: callers may update it)."""

@@ -18,7 +18,7 @@ import pytest
 
 from lmstudy.notebook_runner import find_notebook, parse_overrides
 from lmstudy.paths import notebooks_dir
-from lmstudy.scales import PRESETS, SCALES
+from lmstudy.scales import NOTEBOOK_OPTIONS, PRESETS, SCALES
 
 NOTEBOOKS = sorted(notebooks_dir().glob("*.ipynb"))
 
@@ -35,7 +35,7 @@ def test_parameters_cell_defaults_are_the_smoke_preset(notebook: Path):
     declared = papermill.inspect_notebook(str(notebook))
     defaults = {name: ast.literal_eval(spec["default"]) for name, spec in declared.items()}
     assert defaults.pop("scale") == "smoke"
-    assert defaults == PRESETS[notebook.stem]["smoke"]
+    assert defaults == {**PRESETS[notebook.stem]["smoke"], **NOTEBOOK_OPTIONS.get(notebook.stem, {})}
 
 
 def test_find_notebook_by_short_name_and_clear_error():
