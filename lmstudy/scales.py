@@ -194,7 +194,8 @@ PRESETS: dict[str, dict[str, dict]] = {
             table6_class="67M", table6_factors=4, baseline_classes=["81M"], distill_alpha=0.9,
             distill_temperature=2.0, wikitext_tokens=2000, lambada_examples=30, seed=0,
         ),
-        # The published run, ~3 h of ONE torch thread (the other core busy): 4x256 GPT-2, 8k BPE, batch 16 x 128
+        # The published run took 2 h 06 min with two torch threads (OMP_NUM_THREADS=2, ~50 min of it beside a CI run);
+        # planned below at ~3 h of ONE torch thread (the other core busy): 4x256 GPT-2, 8k BPE, batch 16 x 128
         # = 2,048 tokens a step, all 4,287 Wikipedia train documents (1.42M tokens: the base sees 1.4 epochs).
         # Seconds per step measured interleaved with OMP_NUM_THREADS=1 (load average ~5, base 2.1 s; planned
         # at 2.0 s for the base, 1.4 s on a quieter machine), as a ratio to the base step: Krony 96M 0.86,
