@@ -30,7 +30,7 @@ import shutil
 from pathlib import Path
 
 from lmstudy.paths import runs_dir
-from lmstudy.runs import CHECKPOINT_DIR, CONFIG_FILE, LOG_FILE, METRICS_FILE, _flatten
+from lmstudy.runs import CHECKPOINT_DIR, CONFIG_FILE, LOG_FILE, METRICS_FILE, flatten_config
 
 SMALL_FILES = (CONFIG_FILE, METRICS_FILE, LOG_FILE)
 
@@ -43,7 +43,7 @@ def _keeps_weights(config: dict, weights: str) -> bool:
     key, sep, value = weights.partition("=")
     if not sep or not key:
         raise ValueError(f"weights must be 'all', 'none' or KEY=VALUE (e.g. stage=base), got {weights!r}")
-    return str(_flatten(config).get(key)) == value
+    return str(flatten_config(config).get(key)) == value
 
 
 def archive_runs(study: str, dest: str | Path, weights: str = "all") -> list[str]:

@@ -209,13 +209,13 @@ def cached(study: str, config: Any, fn: Callable[[Run], dict]) -> dict:
 # reading runs back (notebooks)
 
 
-def _flatten(obj: dict, prefix: str = "") -> dict:
+def flatten_config(obj: dict, prefix: str = "") -> dict:
     """{"a": {"b": 1}} -> {"a.b": 1}; lists stay values."""
     flat = {}
     for key, value in obj.items():
         name = f"{prefix}{key}"
         if isinstance(value, dict):
-            flat.update(_flatten(value, prefix=f"{name}."))
+            flat.update(flatten_config(value, prefix=f"{name}."))
         else:
             flat[name] = value
     return flat
@@ -239,8 +239,8 @@ def list_runs(study: str):
                 continue
             run = Run(study, json.loads(config_file.read_text(encoding="utf-8")), path.name, path)
             row = {"hash": run.hash, "done": run.done}
-            row.update(_flatten(run.config))
-            for key, value in _flatten(run.metrics or {}).items():
+            row.update(flatten_config(run.config))
+            for key, value in flatten_config(run.metrics or {}).items():
                 row[f"metrics.{key}" if key in row else key] = value
             rows.append(row)
     return pd.DataFrame(rows)
