@@ -108,6 +108,7 @@ PRESETS: dict[str, dict[str, dict]] = {
         # + 110 = 1224 s; x 3 seeds = 6,624 s. Probes: Table 4 (3 settings x 3 seeds on GUM test) ~140 s, t-SNE
         # ~45 s, NER 6 x (features of LitBank 138 s + 4 epochs ~100 s) ~1,430 s, timing ~75 s.
         # Total ~8,300 s = 2.3 h at that load, ~1.2 h on an idle core; 400 steps = 0.86 epochs of the training data.
+        # Measured: the notebook took 1 h 00 min with OMP_NUM_THREADS=1 while notebook 01 ran on the other core.
         "cpu": dict(
             base_scale="cpu", init_from="", corpora=["gum", "litbank"], train_docs=0, eval_docs=0, seq_len=128,
             batch_size=8, finetune_steps=400, lr=3e-4, warmup_steps=20, eval_every=200, seeds=[0, 1, 2],

@@ -116,6 +116,7 @@ def test_pipeline_end_to_end_on_corpus_slices(tmp_path, monkeypatch):
     assert similarity["mean"].loc[("mention similarity", "NN*")].between(-1, 1).all()
     frames = study.tsne_frames(config)
     assert set(frames) == {"GPT2", "GPT2E (with entities)"} and frames["GPT2"]["entity"].nunique() <= 3
+    pd.testing.assert_frame_equal(study.tsne_frames(config)["GPT2"], frames["GPT2"])  # cached points
     ner = study.ner_table(config)
     assert set(ner["model"]) == set(MODELS) and (ner["type"] == "overall").sum() == 4
     table = findings(runs, timing, similarity, ner)

@@ -468,17 +468,25 @@ def similarity_table(config: EntityStudyConfig) -> pd.DataFrame:
 
 
 def tsne_frames(config: EntityStudyConfig, seed: int | None = None) -> dict[str, pd.DataFrame]:
-    """t-SNE points of the ``tsne_entities`` most mentioned entities, GPT2 and GPT2E (with entities)."""
+    """t-SNE points of the ``tsne_entities`` most mentioned entities, GPT2 and GPT2E (with entities).
+
+    Cached, so that the figure can be redrawn from an archive that keeps no fine-tuned weights."""
     from lmstudy.entity_probes import tsne_frame
 
     seed = config.seeds[0] if seed is None else seed
-    frames = {}
-    for title, name, use_entities in (("GPT2", "GPT2", False), ("GPT2E (with entities)", "GPT2E", True)):
-        model, tokenizer = finetuned_model(config, name, seed)
-        coref, encoded = similarity_docs(config, tokenizer)
-        meta, vectors, _ = mention_vectors(model, coref, encoded, config.seq_len, use_entities)
-        frames[title] = tsne_frame(meta, vectors, config.tsne_entities, seed=seed)
-    return frames
+    run_config = {"stage": "tsne", **config.finetune_identity(), "seed": seed,
+                  "similarity_docs": config.similarity_docs, "tsne_entities": config.tsne_entities}
+
+    def fn(run: Run) -> dict:
+        frames = {}
+        for title, name, use_entities in (("GPT2", "GPT2", False), ("GPT2E (with entities)", "GPT2E", True)):
+            model, tokenizer = finetuned_model(config, name, seed)
+            coref, encoded = similarity_docs(config, tokenizer)
+            meta, vectors, _ = mention_vectors(model, coref, encoded, config.seq_len, use_entities)
+            frames[title] = tsne_frame(meta, vectors, config.tsne_entities, seed=seed).to_dict("records")
+        return {"frames": frames}
+
+    return {title: pd.DataFrame(rows) for title, rows in cached(STUDY, run_config, fn)["frames"].items()}
 
 
 # ---------------------------------------------------------------------------------------------------
