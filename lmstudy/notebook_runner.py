@@ -65,7 +65,8 @@ def run_study(name: str, scale: str = "smoke", overrides: dict | None = None, ou
     if output is None:
         output = runs_dir() / "notebooks" / f"{notebook.stem}-{scale}.ipynb"
     output.parent.mkdir(parents=True, exist_ok=True)
-    os.environ.setdefault("MPLBACKEND", "agg")
+    # The kernel's inline backend needs no display and embeds every shown figure in the executed notebook.
+    os.environ.setdefault("MPLBACKEND", "module://matplotlib_inline.backend_inline")
     papermill.execute_notebook(
         str(notebook),
         str(output),
