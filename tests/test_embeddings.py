@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+import shutil
+from dataclasses import asdict
+
 import numpy as np
+import pandas as pd
 import pytest
 import torch
 
 from conftest import require_corpus
 from lmstudy.embeddings import (Coverage, align_to_vocab, coverage, load_glove, save_glove,
                                 train_word_vectors)
+from lmstudy.runs import get_run
 from lmstudy.scales import preset
 from lmstudy.text import Vocab
 
@@ -93,3 +98,12 @@ def test_smoke_study_runs_on_a_slice_of_ptb(tmp_path, monkeypatch):
     # Frozen input embedding: trainable = all - encoder.
     assert metrics["parameters"] - metrics["trainable_parameters"] == metrics["vocab_size"] * 16
     assert study.run(config) == metrics  # the run cache answers the second call
+
+    # The rare-word buckets are cached too: they are read back once the weights are gone (an archive
+    # made with --weights none).
+    from lmstudy.studies import embedding_tables as tables
+
+    rare = tables.rare_word_table([config])
+    assert rare["tokens"].sum() > 0 and set(rare["bucket"]) == {b[2] for b in tables.BUCKETS}
+    shutil.rmtree(get_run(study.STUDY, asdict(config)).best_dir)
+    pd.testing.assert_frame_equal(tables.rare_word_table([config]), rare)

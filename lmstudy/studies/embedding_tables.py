@@ -22,7 +22,7 @@ The five claims checked (Section 2, on validation perplexity, mean over seeds):
 
 Rare-word analysis: per-token losses of the best weights (``load_weights(..., "best")``, the weights
 the reported test perplexity uses), bucketed by the target word's count in the training stream (0,
-1-5, 6-50, 51+).
+1-5, 6-50, 51+); the buckets of each config are cached as a run of their own.
 """
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ from lmstudy.models.embedding_config import (
     SECTION3_CONFIGS,
     EmbeddingConfig,
 )
-from lmstudy.runs import get_run
+from lmstudy.runs import cached, get_run
 from lmstudy.studies.embedding_init import (
     DATA_SETTINGS,
     STUDY,
@@ -250,16 +250,22 @@ def bucket_losses(losses: torch.Tensor, targets: torch.Tensor, train_ids: torch.
 
 
 def rare_word_table(configs: list[EmbeddingInitConfig], part: str = "test") -> pd.DataFrame:
-    """Loss by training-frequency bucket on ``part`` for each (already run) config: best weights."""
+    """Loss by training-frequency bucket on ``part`` for each config, with its best weights.
+
+    Each config's buckets are a cached run of their own, so that a run archive without weights
+    (``runs archive --weights none``) still redraws the table."""
     frames = []
     for config in configs:
-        run(config)  # cached: makes sure the run exists
-        data = load_word_lm(config.domain, config.unk_cutoff, config.train_tokens, config.eval_tokens)
-        model, _ = build_model(config, data)
-        load_weights(model, get_run(STUDY, asdict(config)), "best")
-        losses, targets = per_token_losses(model, getattr(data, part), config.test_batch_size, config.bptt)
-        frames.append(bucket_losses(losses, targets, data.train, len(data.vocab)).assign(
-            config=config.embedding, dataset=setting_of(config), seed=config.seed))
+        def buckets(run_, config=config) -> dict:
+            run(config)  # cached: makes sure the trained run exists
+            data = load_word_lm(config.domain, config.unk_cutoff, config.train_tokens, config.eval_tokens)
+            model, _ = build_model(config, data)
+            load_weights(model, get_run(STUDY, asdict(config)), "best")
+            losses, targets = per_token_losses(model, getattr(data, part), config.test_batch_size, config.bptt)
+            return {"rows": bucket_losses(losses, targets, data.train, len(data.vocab)).to_dict("records")}
+
+        rows = cached(STUDY, {"stage": "rare_words", "part": part, **asdict(config)}, buckets)["rows"]
+        frames.append(pd.DataFrame(rows).assign(config=config.embedding, dataset=setting_of(config), seed=config.seed))
     return pd.concat(frames, ignore_index=True)
 
 
