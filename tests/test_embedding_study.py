@@ -86,6 +86,20 @@ def test_claims_hold_on_a_paper_like_grid_and_fail_when_broken():
     verdicts = list(tables.check_claims(_synthetic_table(broken, rare_broken))["verdict"])
     assert verdicts == ["does not hold", "does not hold", "does not hold", "does not hold", "does not hold"]
 
+    tying_helps_pretrained_more = dict(std)
+    tying_helps_pretrained_more["tied/pretrained,trainable"] = 50.0
+    assert tables.check_claims(_synthetic_table(tying_helps_pretrained_more))["verdict"].tolist()[3] == "does not hold"
+
+
+def test_seed_spread_keeps_the_configs_with_several_seeds():
+    rows = [dict(config=c, dataset="Std", seed=seed, valid_ppl=v, test_ppl=v + 1)
+            for c, values in (("a", [10.0, 12.0, 14.0]), ("b", [20.0])) for seed, v in enumerate(values)]
+    spread = tables.seed_spread(pd.DataFrame(rows))
+    assert spread.index.tolist() == [("a", "Std")]
+    assert spread.loc[("a", "Std"), ("valid_ppl", "mean")] == 12.0
+    assert spread.loc[("a", "Std"), ("valid_ppl", "std")] == pytest.approx(2.0)
+    assert spread.loc[("a", "Std"), ("test_ppl", "count")] == 3
+
 
 def test_claims_not_run_when_configs_are_missing():
     table = _synthetic_table({tables.STANDARD: 100.0})
