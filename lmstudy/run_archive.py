@@ -14,10 +14,9 @@ What is archived, per *finished* run (``metrics.json`` present) of a study::
 The training ``checkpoint/`` (latest weights plus optimizer state) is never archived: a finished run
 does not need it. Unfinished runs are skipped; they restart from scratch after a restore.
 
-``weights`` chooses which runs keep their folders: ``"all"``, ``"none"``, or one or more ``"KEY=VALUE"``
-selectors matched against the run's flattened config, a run kept when any of them matches (``stage=base``:
-only the Krony base, the one run later stages load weights from; the others are needed for their metrics
-and logs only, and weigh ~20 MB each). Only the value may contain ``=``: ``embedding=tied/random,trainable``.
+``weights`` chooses which runs keep their folders: ``"all"``, ``"none"``, or ``"KEY=VALUE"`` matched
+against the run's flattened config (``stage=base``: only the Krony base, the one run later stages load
+weights from; the others are needed for their metrics and logs only, and weigh ~20 MB each).
 
 A restore copies each archived run into ``runs_dir()`` unless that run is already finished there; the
 config check of :func:`lmstudy.runs.get_run` guarantees an archived run is only used for its own config.
@@ -36,24 +35,18 @@ from lmstudy.runs import CHECKPOINT_DIR, CONFIG_FILE, LOG_FILE, METRICS_FILE, fl
 SMALL_FILES = (CONFIG_FILE, METRICS_FILE, LOG_FILE)
 
 
-def _keeps_weights(config: dict, weights: str | list[str]) -> bool:
-    selectors = [weights] if isinstance(weights, str) else list(weights)
-    if selectors == ["all"]:
+def _keeps_weights(config: dict, weights: str) -> bool:
+    if weights == "all":
         return True
-    if selectors == ["none"]:
+    if weights == "none":
         return False
-    flat = flatten_config(config)
-    for selector in selectors:
-        key, sep, value = selector.partition("=")
-        if not sep or not key:
-            raise ValueError(f"weights must be 'all', 'none' or KEY=VALUE selectors (e.g. stage=base), "
-                             f"got {selector!r}")
-        if str(flat.get(key)) == value:
-            return True
-    return False
+    key, sep, value = weights.partition("=")
+    if not sep or not key:
+        raise ValueError(f"weights must be 'all', 'none' or KEY=VALUE (e.g. stage=base), got {weights!r}")
+    return str(flatten_config(config).get(key)) == value
 
 
-def archive_runs(study: str, dest: str | Path, weights: str | list[str] = "all") -> list[str]:
+def archive_runs(study: str, dest: str | Path, weights: str = "all") -> list[str]:
     """Copy the finished runs of ``study`` from ``runs_dir()`` to ``dest/<study>/``; returns their hashes."""
     source = runs_dir() / study
     if not source.is_dir():
@@ -95,7 +88,7 @@ def restore_runs(src: str | Path) -> list[str]:
 
 
 def register(subparsers) -> None:
-    """``python -m lmstudy runs archive STUDY DEST [--weights W [W ...]]`` and ``runs restore SRC``."""
+    """``python -m lmstudy runs archive STUDY DEST [--weights W]`` and ``runs restore SRC``."""
     runs = subparsers.add_parser("runs", help="archive finished runs into a folder / restore them into runs/")
     commands = runs.add_subparsers(dest="runs_command", required=True, metavar="SUBCOMMAND")
     archive = commands.add_parser("archive", help="copy a study's finished runs (no training checkpoints) to DEST",
@@ -103,9 +96,8 @@ def register(subparsers) -> None:
                                   formatter_class=argparse.RawDescriptionHelpFormatter)
     archive.add_argument("study", help="e.g. 03_kronecker")
     archive.add_argument("dest", type=Path, help="e.g. results/runs (committed)")
-    archive.add_argument("--weights", nargs="+", default=["all"], metavar="W",
-                         help="whose folders (weights, tokenizer) to keep: all, none, or KEY=VALUE selectors "
-                              "of the config (a run is kept if any matches)")
+    archive.add_argument("--weights", default="all",
+                         help="whose folders (weights, tokenizer) to keep: all, none, or KEY=VALUE of the config")
     archive.set_defaults(handler=_archive)
     restore = commands.add_parser("restore", help="copy archived runs into the run cache (runs/ or $LMSTUDY_RUNS)")
     restore.add_argument("src", type=Path, help="an archive folder, e.g. results/runs")

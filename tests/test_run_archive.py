@@ -56,11 +56,3 @@ def test_archive_errors_and_cli(tmp_path, monkeypatch, capsys):
     assert main(["runs", "restore", str(tmp_path / "missing")]) == 2
     assert "no run archive" in capsys.readouterr().err
 
-
-def test_several_weight_selectors_keep_any_match(tmp_path, monkeypatch):
-    monkeypatch.setenv("LMSTUDY_RUNS", str(tmp_path / "runs"))
-    hashes = {stage: _finished_run(stage) for stage in ("base", "compressed", "distilled")}
-    assert main(["runs", "archive", "study", str(tmp_path / "archive"),
-                 "--weights", "stage=base", "stage=distilled"]) == 0
-    kept = {stage for stage, h in hashes.items() if (tmp_path / "archive" / "study" / h / "best").exists()}
-    assert kept == {"base", "distilled"}

@@ -265,24 +265,27 @@ def bucket_losses(losses: torch.Tensor, targets: torch.Tensor, train_ids: torch.
     return pd.DataFrame(rows)
 
 
+def rare_word_buckets(config: EmbeddingInitConfig, part: str = "test") -> pd.DataFrame:
+    """Loss by training-frequency bucket on ``part`` for one config, with its best weights.
+
+    Cached as a run of its own, so that a run archive without weights (``runs archive --weights none``)
+    still redraws the table."""
+    def fn(run_) -> dict:
+        run(config)  # cached: makes sure the trained run exists
+        data = load_word_lm(config.domain, config.unk_cutoff, config.train_tokens, config.eval_tokens)
+        model, _ = build_model(config, data)
+        load_weights(model, get_run(STUDY, asdict(config)), "best")
+        losses, targets = per_token_losses(model, getattr(data, part), config.test_batch_size, config.bptt)
+        return {"rows": bucket_losses(losses, targets, data.train, len(data.vocab)).to_dict("records")}
+
+    return pd.DataFrame(cached(STUDY, {"stage": "rare_words", "part": part, **asdict(config)}, fn)["rows"])
+
+
 def rare_word_table(configs: list[EmbeddingInitConfig], part: str = "test") -> pd.DataFrame:
-    """Loss by training-frequency bucket on ``part`` for each config, with its best weights.
-
-    Each config's buckets are a cached run of their own, so that a run archive without weights
-    (``runs archive --weights none``) still redraws the table."""
-    frames = []
-    for config in configs:
-        def buckets(run_, config=config) -> dict:
-            run(config)  # cached: makes sure the trained run exists
-            data = load_word_lm(config.domain, config.unk_cutoff, config.train_tokens, config.eval_tokens)
-            model, _ = build_model(config, data)
-            load_weights(model, get_run(STUDY, asdict(config)), "best")
-            losses, targets = per_token_losses(model, getattr(data, part), config.test_batch_size, config.bptt)
-            return {"rows": bucket_losses(losses, targets, data.train, len(data.vocab)).to_dict("records")}
-
-        rows = cached(STUDY, {"stage": "rare_words", "part": part, **asdict(config)}, buckets)["rows"]
-        frames.append(pd.DataFrame(rows).assign(config=config.embedding, dataset=setting_of(config), seed=config.seed))
-    return pd.concat(frames, ignore_index=True)
+    """``rare_word_buckets`` of each config, labelled by config, dataset and seed."""
+    return pd.concat([rare_word_buckets(config, part).assign(config=config.embedding, dataset=setting_of(config),
+                                                             seed=config.seed) for config in configs],
+                     ignore_index=True)
 
 
 def rare_word_figure(table: pd.DataFrame, title: str = "") -> plt.Figure:
@@ -305,5 +308,5 @@ def rare_word_figure(table: pd.DataFrame, title: str = "") -> plt.Figure:
 
 
 __all__ = ["BUCKETS", "CONFIG_SETS", "PROPOSED", "STANDARD", "bucket_losses", "check_claims", "grid_configs",
-           "mean_ppl", "rare_word_figure", "rare_word_table", "run_grid", "section", "seed_spread",
+           "mean_ppl", "rare_word_buckets", "rare_word_figure", "rare_word_table", "run_grid", "section", "seed_spread",
            "section_figure", "table_row"]
