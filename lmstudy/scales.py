@@ -66,7 +66,7 @@ PRESETS: dict[str, dict[str, dict]] = {
             max_epochs=2, max_steps=24, evals_per_epoch=2, nonmono=1, train_tokens=8_000, eval_tokens=1_000,
             vector_epochs=1, pretrain_sentences=2_000,
             # notebook-only keys (not run-config fields): which grid to run
-            configs="standard_vs_ours", seeds=[0], settings=["Std", "Rare"], section3_seeds=[],
+            configs="standard_vs_ours", seeds=[0], settings=["Std", "Std-news", "Rare"], section3_seeds=[],
         ),
         # Proposed published scale, sized so that Table 1 (20 configs x Std/Rare) plus two more seeds of the
         # six Section 3 configs (~52 runs) fit ~4 hours on the 2-core machine (see the report): 2 layers,
@@ -76,14 +76,14 @@ PRESETS: dict[str, dict[str, dict]] = {
             emb_size=64, hidden_size=256, n_layers=2, batch_size=20, bptt=35, eval_batch_size=10, test_batch_size=10,
             lr=30.0,
             max_epochs=2, evals_per_epoch=3, nonmono=2, train_tokens=200_000, eval_tokens=20_000,
-            configs="all", seeds=[0], settings=["Std", "Rare"], section3_seeds=[1, 2],  # notebook-only keys
+            configs="all", seeds=[0], settings=["Std", "Std-news", "Rare"], section3_seeds=[1, 2],  # notebook-only keys
         ),
         # The paper: awd-lstm-lm's PTB recipe (3 x 1150, 400-d embeddings, Welch's Baseline column).
         "paper": dict(
             emb_size=400, hidden_size=1150, n_layers=3, dropout=0.4, dropouth=0.25, dropouti=0.4,
             dropoute=0.1, wdrop=0.5, batch_size=20, bptt=70, eval_batch_size=10, test_batch_size=1, lr=30.0,
             weight_decay=1.2e-6, grad_clip=0.25, alpha=2.0, beta=1.0, nonmono=5, max_epochs=500,
-            configs="all", seeds=[0], settings=["Std", "Rare"], section3_seeds=[1, 2],  # notebook-only keys
+            configs="all", seeds=[0], settings=["Std", "Std-news", "Rare"], section3_seeds=[1, 2],  # notebook-only keys
         ),
     },
     # Stylianou & Vlahavas 2020, Entity-Transformers: GPT2E vs GPT2 fine-tuned from one base on GUM + LitBank

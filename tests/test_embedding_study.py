@@ -46,11 +46,13 @@ def test_grid_configs_keep_run_fields_and_every_preset_builds():
     assert [(c.embedding, c.seed) for c in grid] == [(tables.PROPOSED, 0), (tables.PROPOSED, 1), ("tied/random,frozen", 0)]
 
 
-def _synthetic_table(std: dict[str, float], rare: dict[str, float] | None = None) -> pd.DataFrame:
+def _synthetic_table(std: dict[str, float], rare: dict[str, float] | None = None, seed: int = 0,
+                     **datasets: dict[str, float]) -> pd.DataFrame:
+    """Table 1 rows of made-up validation perplexities; ``datasets`` keys name more data settings."""
     rows = []
-    for dataset, values in (("Std", std), ("Rare", rare or {})):
+    for dataset, values in (("Std", std), ("Rare", rare or {}), *datasets.items()):
         for name, ppl in values.items():
-            config = study.EmbeddingInitConfig(embedding=name, **study.DATA_SETTINGS[dataset])
+            config = study.EmbeddingInitConfig(embedding=name, seed=seed, **study.DATA_SETTINGS[dataset])
             rows.append(tables.table_row(config, {"val_ppl": ppl, "test_ppl": ppl + 1, "epochs": 1}))
     return pd.DataFrame(rows)
 
@@ -89,6 +91,21 @@ def test_claims_hold_on_a_paper_like_grid_and_fail_when_broken():
     tying_helps_pretrained_more = dict(std)
     tying_helps_pretrained_more["tied/pretrained,trainable"] = 50.0
     assert tables.check_claims(_synthetic_table(tying_helps_pretrained_more))["verdict"].tolist()[3] == "does not hold"
+
+
+def test_claims_1_to_4_are_checked_on_every_unked_dataset_with_the_seed_spread():
+    std = _paper_like_ppl()
+    news = dict(std)
+    news["tied/pretrained,trainable"] = 50.0  # tying now helps the pretrained pair more: claim 4 fails on Std-news
+    seeds = [_synthetic_table(std, {tables.PROPOSED: ppl}, seed=seed, **{"Std-news": news})
+             for seed, ppl in enumerate((40.0, 60.0))]
+    claims = tables.check_claims(pd.concat(seeds, ignore_index=True))
+    assert claims[["claim", "dataset"]].apply(lambda r: (r["claim"][0], r["dataset"]), axis=1).tolist() == [
+        ("1", "Std"), ("1", "Std-news"), ("2", "Std"), ("2", "Std-news"), ("3", "Std"), ("3", "Std-news"),
+        ("4", "Std"), ("4", "Std-news"), ("5", "Rare")]
+    assert claims["verdict"].tolist() == ["holds"] * 7 + ["does not hold", "holds"]
+    # two seeds of ours on Rare: 40 and 60, shown as mean ± standard deviation
+    assert f"ours 50.0 ± {pd.Series([40.0, 60.0]).std():.1f}" in claims["evidence"].iloc[-1]
 
 
 def test_seed_spread_keeps_the_configs_with_several_seeds():

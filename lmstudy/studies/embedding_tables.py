@@ -9,15 +9,17 @@ Our reading of the paper's sections (Section 2): (a) frozen random output embedd
 pretrained output embeddings, (c) frozen random input embeddings, (d) everything else. A config
 can fit several; we take the first that applies, in that order (tied frozen random -> (a)).
 
-The five claims checked (Section 2, on validation perplexity, mean over seeds):
-1. Std: pretrained beats random in (all but one of) the pairs differing only in initialisation;
+The five claims checked (Section 2, on validation perplexity, mean over seeds). Claims 1-4 are about the
+UNK'd setting and are checked on each UNK'd dataset (PTB ``Std`` and ``Std-news``, the news corpus with
+UNKs, which differs from ``Rare`` only in UNK replacement); claim 5 on ``Rare``:
+1. Pretrained beats random in (all but one of) the pairs differing only in initialisation;
    we say it holds when at most one pair goes the other way.
-2. Std: freezing pretrained input embeddings is always better, all else equal (untied pairs: freezing
+2. Freezing pretrained input embeddings is always better, all else equal (untied pairs: freezing
    a tied matrix would freeze the output too).
 3. Freezing the output embeddings is the worst choice: every frozen-output config (sections a, b)
    is worse than every config that does not freeze the output.
 4. Tying helps when the input embeddings are random (tied random trainable < untied random trainable
-   both sides), and helps less when both are pretrained (when that pair was run), on Std.
+   both sides), and helps less when both are pretrained (when that pair was run).
 5. Rare: the proposed approach (untied, pretrained frozen input) is the best configuration.
 
 Rare-word analysis: per-token losses of the best weights (``load_weights(..., "best")``, the weights
@@ -84,6 +86,12 @@ def setting_of(config: EmbeddingInitConfig) -> str:
                 if (s["domain"], s["unk_cutoff"]) == (config.domain, config.unk_cutoff))
 
 
+def datasets_of(table: pd.DataFrame) -> list[str]:
+    """The data settings present in ``table``, in ``DATA_SETTINGS`` order (Std, Std-news, Rare)."""
+    present = set(table["dataset"])
+    return [name for name in DATA_SETTINGS if name in present]
+
+
 def section(embedding: str | EmbeddingConfig) -> str:
     """The paper's Table 1 section of a configuration (see the module docstring)."""
     e = EmbeddingConfig.from_name(str(embedding))
@@ -125,7 +133,7 @@ def section_figure(table: pd.DataFrame, title: str = "") -> plt.Figure:
     """Validation perplexity per configuration (mean over seeds, bars; seeds as dots), grouped by section,
     one panel per dataset."""
     sns.set_theme(style="whitegrid")
-    datasets = sorted(table["dataset"].unique())
+    datasets = datasets_of(table)
     order = (table.groupby("config")["valid_ppl"].mean().rename("ppl").reset_index()
              .assign(section=lambda d: d["config"].map(section)).sort_values(["section", "ppl"])["config"].tolist())
     figure, axes = plt.subplots(1, len(datasets), figsize=(6 * len(datasets), 0.35 * len(order) + 1.5),
@@ -177,78 +185,98 @@ def _frozen_input_version(e: EmbeddingConfig) -> EmbeddingConfig | None:
 
 
 def check_claims(table: pd.DataFrame) -> pd.DataFrame:
-    """The paper's five claims on ``table`` (``run_grid``'s DataFrame): claim, verdict, evidence."""
-    ppl = mean_ppl(table)
+    """The paper's five claims on ``table`` (``run_grid``'s DataFrame): claim, dataset, verdict, evidence.
+
+    Claims 1-4 are checked on every UNK'd dataset of the table (``Std``, ``Std-news``: every dataset but
+    ``Rare``), claim 5 on ``Rare``. Perplexities are means over seeds, with their standard deviation where
+    a config ran with several seeds."""
+    stats = table.groupby(["config", "dataset"])["valid_ppl"].agg(["mean", "std", "count"])
+    std_datasets = [d for d in datasets_of(table) if d != "Rare"] or ["Std"]
     rows = []
 
-    def add(claim: str, verdict: str, evidence: str) -> None:
-        rows.append(dict(claim=claim, verdict=verdict, evidence=evidence))
+    def add(claim: str, dataset: str, verdict: str, evidence: str) -> None:
+        rows.append(dict(claim=claim, dataset=dataset, verdict=verdict, evidence=evidence))
 
-    def std(name: str) -> float:
-        return ppl.loc[name, "Std"] if "Std" in ppl and name in ppl.index else math.nan
+    def ppl(name: str, dataset: str) -> float:
+        return stats.loc[(name, dataset), "mean"] if (name, dataset) in stats.index else math.nan
 
-    std_names = ppl.index[ppl["Std"].notna()].tolist() if "Std" in ppl else []
+    def show(name: str, dataset: str) -> str:
+        """Mean perplexity, ± the seed spread when the config ran with several seeds."""
+        if (name, dataset) not in stats.index:
+            return "not run"
+        mean, spread, count = stats.loc[(name, dataset)]
+        return f"{mean:.1f} ± {spread:.1f}" if count > 1 else f"{mean:.1f}"
+
+    def names(dataset: str) -> list[str]:
+        return [name for name, d in stats.index if d == dataset]
 
     # 1. pretrained beats random, all else equal
-    claim = "1. Std: pretrained beats random init (all but one pair)"
-    pairs = _pairs(std_names, _pretrained_version)
-    if pairs:
-        worse = [(r, p) for r, p in pairs if std(p) >= std(r)]
-        add(claim, "holds" if len(worse) <= 1 else "does not hold",
-            f"pretrained better in {len(pairs) - len(worse)}/{len(pairs)} pairs; "
-            + "; ".join(f"{r}: {std(r):.1f} vs {std(p):.1f}" for r, p in pairs))
-    else:
-        add(claim, "not run", "no random/pretrained pair in the grid")
+    for d in std_datasets:
+        claim = "1. pretrained beats random init (all but one pair)"
+        pairs = _pairs(names(d), _pretrained_version)
+        if pairs:
+            worse = [(r, p) for r, p in pairs if ppl(p, d) >= ppl(r, d)]
+            add(claim, d, "holds" if len(worse) <= 1 else "does not hold",
+                f"pretrained better in {len(pairs) - len(worse)}/{len(pairs)} pairs; "
+                + "; ".join(f"{r}: {show(r, d)} vs {show(p, d)}" for r, p in pairs))
+        else:
+            add(claim, d, "not run", "no random/pretrained pair in the grid")
 
     # 2. freezing pretrained input embeddings is better
-    claim = "2. Std: freezing pretrained input embeddings is always better"
-    pairs = _pairs(std_names, _frozen_input_version)
-    if pairs:
-        better = [(t, f) for t, f in pairs if std(f) < std(t)]
-        add(claim, "holds" if len(better) == len(pairs) else "does not hold",
-            f"frozen better in {len(better)}/{len(pairs)} pairs; "
-            + "; ".join(f"{t}: {std(t):.1f} -> frozen {std(f):.1f}" for t, f in pairs))
-    else:
-        add(claim, "not run", "no trainable/frozen pretrained-input pair in the grid")
+    for d in std_datasets:
+        claim = "2. freezing pretrained input embeddings is always better"
+        pairs = _pairs(names(d), _frozen_input_version)
+        if pairs:
+            better = [(t, f) for t, f in pairs if ppl(f, d) < ppl(t, d)]
+            add(claim, d, "holds" if len(better) == len(pairs) else "does not hold",
+                f"frozen better in {len(better)}/{len(pairs)} pairs; "
+                + "; ".join(f"{t}: {show(t, d)} -> frozen {show(f, d)}" for t, f in pairs))
+        else:
+            add(claim, d, "not run", "no trainable/frozen pretrained-input pair in the grid")
 
     # 3. freezing the output embeddings is the worst choice
-    claim = "3. Std: frozen output embeddings are worse than every non-frozen-output config"
-    frozen_out = [n for n in std_names if EmbeddingConfig.from_name(n).output_frozen]
-    other = [n for n in std_names if not EmbeddingConfig.from_name(n).output_frozen]
-    if frozen_out and other:
-        best_frozen, worst_other = min(std(n) for n in frozen_out), max(std(n) for n in other)
-        add(claim, "holds" if best_frozen > worst_other else "does not hold",
-            f"best frozen-output {best_frozen:.1f} vs worst other {worst_other:.1f}")
-    else:
-        add(claim, "not run", "needs configs with and without frozen output embeddings")
+    for d in std_datasets:
+        claim = "3. frozen output embeddings are worse than every non-frozen-output config"
+        frozen_out = [n for n in names(d) if EmbeddingConfig.from_name(n).output_frozen]
+        other = [n for n in names(d) if not EmbeddingConfig.from_name(n).output_frozen]
+        if frozen_out and other:
+            best_frozen = min(frozen_out, key=lambda n: ppl(n, d))
+            worst_other = max(other, key=lambda n: ppl(n, d))
+            add(claim, d, "holds" if ppl(best_frozen, d) > ppl(worst_other, d) else "does not hold",
+                f"best frozen-output {best_frozen} {show(best_frozen, d)} vs worst other {worst_other} "
+                f"{show(worst_other, d)}")
+        else:
+            add(claim, d, "not run", "needs configs with and without frozen output embeddings")
 
     # 4. tying helps with random input embeddings, and helps less with pretrained ones
-    claim = "4. Std: tying helps with random embeddings, less with pretrained ones"
     untied = "untied/in=random,trainable/out=random,trainable"
     tied_pre, untied_pre = "tied/pretrained,trainable", "untied/in=pretrained,trainable/out=pretrained,trainable"
-    if STANDARD in std_names and untied in std_names:
-        gain = std(untied) - std(STANDARD)  # > 0: tying helps
-        evidence = f"random: tied {std(STANDARD):.1f} vs untied {std(untied):.1f} (gain {gain:.1f})"
-        holds = gain > 0
-        if tied_pre in std_names and untied_pre in std_names:
-            gain_pre = std(untied_pre) - std(tied_pre)
-            evidence += f"; pretrained: tied {std(tied_pre):.1f} vs untied {std(untied_pre):.1f} (gain {gain_pre:.1f})"
-            holds = holds and gain_pre < gain
+    for d in std_datasets:
+        claim = "4. tying helps with random embeddings, less with pretrained ones"
+        present = names(d)
+        if STANDARD in present and untied in present:
+            gain = ppl(untied, d) - ppl(STANDARD, d)  # > 0: tying helps
+            evidence = f"random: tied {show(STANDARD, d)} vs untied {show(untied, d)} (gain {gain:.1f})"
+            holds = gain > 0
+            if tied_pre in present and untied_pre in present:
+                gain_pre = ppl(untied_pre, d) - ppl(tied_pre, d)
+                evidence += f"; pretrained: tied {show(tied_pre, d)} vs untied {show(untied_pre, d)} (gain {gain_pre:.1f})"
+                holds = holds and gain_pre < gain
+            else:
+                evidence += "; pretrained pair not run"
+            add(claim, d, "holds" if holds else "does not hold", evidence)
         else:
-            evidence += "; pretrained pair not run"
-        add(claim, "holds" if holds else "does not hold", evidence)
-    else:
-        add(claim, "not run", f"needs {STANDARD} and {untied} on Std")
+            add(claim, d, "not run", f"needs {STANDARD} and {untied}")
 
     # 5. Rare: the proposed approach is best
-    claim = "5. Rare: untied, pretrained, frozen input (ours) is the best config"
-    if "Rare" in ppl and PROPOSED in ppl.index and not math.isnan(ppl.loc[PROPOSED, "Rare"]):
-        rare = ppl["Rare"].dropna().sort_values()
-        add(claim, "holds" if rare.index[0] == PROPOSED else "does not hold",
-            f"ours {rare[PROPOSED]:.1f} (rank {list(rare.index).index(PROPOSED) + 1}/{len(rare)}); "
-            f"best {rare.index[0]} {rare.iloc[0]:.1f}; standard {rare.get(STANDARD, math.nan):.1f}")
+    claim = "5. untied, pretrained, frozen input (ours) is the best config"
+    rare = sorted(names("Rare"), key=lambda n: ppl(n, "Rare"))
+    if PROPOSED in rare:
+        add(claim, "Rare", "holds" if rare[0] == PROPOSED else "does not hold",
+            f"ours {show(PROPOSED, 'Rare')} (rank {rare.index(PROPOSED) + 1}/{len(rare)}); "
+            f"best {rare[0]} {show(rare[0], 'Rare')}; standard {show(STANDARD, 'Rare')}")
     else:
-        add(claim, "not run", f"needs {PROPOSED} on Rare")
+        add(claim, "Rare", "not run", f"needs {PROPOSED} on Rare")
     return pd.DataFrame(rows)
 
 
@@ -291,7 +319,7 @@ def rare_word_table(configs: list[EmbeddingInitConfig], part: str = "test") -> p
 def rare_word_figure(table: pd.DataFrame, title: str = "") -> plt.Figure:
     """Perplexity per frequency bucket (log scale), one panel per dataset, hue = configuration."""
     sns.set_theme(style="whitegrid")
-    datasets = sorted(table["dataset"].unique())
+    datasets = datasets_of(table)
     n_configs = table["config"].nunique()
     figure, axes = plt.subplots(1, len(datasets), figsize=(5.5 * len(datasets), 3.5 + 0.25 * n_configs), squeeze=False)
     for axis, dataset in zip(axes[0], datasets):
@@ -307,6 +335,6 @@ def rare_word_figure(table: pd.DataFrame, title: str = "") -> plt.Figure:
     return figure
 
 
-__all__ = ["BUCKETS", "CONFIG_SETS", "PROPOSED", "STANDARD", "bucket_losses", "check_claims", "grid_configs",
+__all__ = ["BUCKETS", "CONFIG_SETS", "PROPOSED", "STANDARD", "bucket_losses", "check_claims", "datasets_of", "grid_configs",
            "mean_ppl", "rare_word_buckets", "rare_word_figure", "rare_word_table", "run_grid", "section", "seed_spread",
            "section_figure", "table_row"]
