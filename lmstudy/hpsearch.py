@@ -51,6 +51,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import time
 import warnings
 from dataclasses import dataclass, field
 from typing import Callable
@@ -149,10 +150,14 @@ def _index(trial) -> int | None:
     return trial.user_attrs.get("sample_index")
 
 
-def run_search(config: SearchConfig, run_fn: Callable | None = None) -> optuna.Study:
-    """Run (or resume, or help other workers finish) the search; returns the Optuna study.
+def run_search(config: SearchConfig, run_fn: Callable | None = None, poll_s: float = 30.0) -> optuna.Study:
+    """Run (or resume, or help other workers finish) the search; returns the Optuna study once every
+    sample is COMPLETE.
 
     ``run_fn(EmbeddingInitConfig) -> metrics`` trains one side (default: ``embedding_init.run``).
+    When only other workers' trials are left RUNNING, it polls every ``poll_s`` seconds until they
+    finish (or their worker dies and the heartbeat check fails them, and this worker reruns them), so a
+    notebook never draws Figure 1 from a half-finished search.
     """
     if run_fn is None:
         from lmstudy.studies.embedding_init import run as run_fn
@@ -190,7 +195,10 @@ def run_search(config: SearchConfig, run_fn: Callable | None = None) -> optuna.S
         if todo:
             study.enqueue_trial(samples[todo[0]], user_attrs={"sample_index": todo[0]})
         elif not any(t.state == optuna.trial.TrialState.WAITING for t in trials):
-            break
+            if not any(t.state == optuna.trial.TrialState.RUNNING for t in trials):
+                break
+            time.sleep(poll_s)  # another worker is still training a sample
+            continue
         # Pops a waiting trial (ours, or one a stopped worker enqueued): always one of the samples.
         study.optimize(objective, n_trials=1)
     return study

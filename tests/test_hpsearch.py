@@ -4,6 +4,7 @@ interruption, expected validation performance, figures. Training is replaced by 
 from __future__ import annotations
 
 import itertools
+import threading
 
 import matplotlib.pyplot as plt
 import optuna
@@ -106,6 +107,24 @@ def test_search_resumes_without_repeating_finished_trials(tmp_path):
     assert third.calls == []
     hpsearch.run_search(_config(tmp_path, n_trials=4), run_fn=third)
     assert len(third.calls) == 2 and third.calls[0].lr == hpsearch.sample_trials(config.space, 4)[3]["lr"]
+
+
+@pytest.mark.filterwarnings("ignore:Heartbeat of storage")  # the other worker's ask/tell stands in for optimize
+def test_a_worker_waits_for_the_sample_another_worker_is_training(tmp_path):
+    config = _config(tmp_path, n_trials=2)
+    samples = hpsearch.sample_trials(config.space, 2, seed=0)
+    # The other worker holds sample 1 (RUNNING) and finishes it a moment later.
+    other = hpsearch.load_study(config)
+    other.enqueue_trial(samples[1], user_attrs={"sample_index": 1})
+    held = other.ask()
+    finish = threading.Timer(1.0, lambda: other.tell(held, [150.0, 140.0]))
+    finish.start()
+    this = FakeTraining()
+    study = hpsearch.run_search(config, run_fn=this, poll_s=0.1)
+    finish.join()
+    assert [c.lr for c in this.calls] == [samples[0]["lr"]] * 2  # sample 1 was not trained twice
+    assert [t.state for t in study.get_trials()] == [optuna.trial.TrialState.COMPLETE] * 2
+    assert hpsearch.search_table(study)["sample_index"].tolist() == [0, 1]
 
 
 def test_tables_and_figures(tmp_path):
