@@ -91,6 +91,9 @@ def test_verdicts_follow_the_numbers():
     reversed3 = {k: {"standard": 100.0, "ours": 100.0 - k} for k in (0, 5)}
     flipped = ex.verdicts(t3=_table("unk_cutoff", reversed3)).set_index("question")["verdict"]
     assert flipped.iloc[1] == "does not hold" and (flipped.drop(flipped.index[1]) == "not run").all()
+    # Gains are relative to standard: 50 of 500 (10%) at K=0 is less than 30 of 100 (30%) at K=5.
+    relative3 = {0: {"standard": 500.0, "ours": 450.0}, 5: {"standard": 100.0, "ours": 70.0}}
+    assert ex.verdicts(t3=_table("unk_cutoff", relative3))["verdict"].iloc[1] == "does not hold"
     formatted = ex.format_summary(_table("domain", paper2), "domain")
     assert formatted.loc["ours", "NANC"] == "91.3 ± 0.7"
 
