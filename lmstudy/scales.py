@@ -68,8 +68,8 @@ PRESETS: dict[str, dict[str, dict]] = {
             # notebook-only keys (not run-config fields): which grid to run
             configs="standard_vs_ours", seeds=[0], settings=["Std", "Std-news", "Rare"], section3_seeds=[],
         ),
-        # Proposed published scale, sized so that Table 1 (20 configs x Std/Rare) plus two more seeds of the
-        # six Section 3 configs (~52 runs) fit ~4 hours on the 2-core machine (see the report): 2 layers,
+        # The published scale: Table 1 (20 configs x Std/Std-news/Rare) plus two more seeds of the six Section 3
+        # configs = 96 runs, 3.6 h of one thread measured (Std-news added in a second session): 2 layers,
         # 64-d embeddings, the first ~200k training tokens (the low-data regime where in-domain vectors
         # matter most), 2 epochs, valid/test cut to ~20k tokens.
         "cpu": dict(

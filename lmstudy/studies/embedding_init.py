@@ -17,6 +17,8 @@ evaluation words can benefit from pretrained vectors. *Std-news* is that same ne
 that UNK is the only difference from *Rare*, as between the paper's two columns: ``unk_cutoff=1``
 keeps every training word and maps the evaluation words never seen in training to UNK (at the cpu
 scale's 200k training tokens, 5.8% of validation tokens; the paper's Std and Rare differ in 5.1%).
+Unlike PTB, no training word is UNK'd at this cutoff, so UNK never occurs in training; a cutoff that
+UNKs training words too is notebook 01b's Table 3 (K = 2, 5).
 ``DATA_SETTINGS`` names the three.
 
 The loop evaluates and saves ``best/`` inside ``AWDLSTMTask.eval_weights`` (ASGD's averages once it
