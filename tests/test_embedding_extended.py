@@ -83,10 +83,11 @@ def test_verdicts_follow_the_numbers():
     search = pd.DataFrame({"baseline_ppl": [100.0, 90.0, 120.0], "ours_ppl": [95.0, 85.0, 125.0]})
     t7 = pd.DataFrame({"model": ["KN n-gram (word)", "AWD-LSTM standard", "AWD-LSTM ours"],
                        "valid_ppl": [300.0, 200.0, 180.0]})
-    transformer = _table("x", {0: {"standard": 150.0, "ours": 160.0}})
+    transformer = _table("vectors", {"as trained": {"standard": 150.0, "ours": 160.0},
+                                     "rescaled": {"standard": 150.0, "ours": 140.0}})
     result = ex.verdicts(_table("domain", paper2), _table("unk_cutoff", paper3), t5, _table("train_multiple", paper6),
                          search, t7, transformer).set_index("question")["verdict"].tolist()
-    assert result == ["holds"] * 6 + ["does not hold"]
+    assert result == ["holds"] * 6 + ["does not hold", "holds"]  # the transformer: one line per vector scale
     # Reversed Table 3 gains: the verdict flips; missing tables say "not run".
     reversed3 = {k: {"standard": 100.0, "ours": 100.0 - k} for k in (0, 5)}
     flipped = ex.verdicts(t3=_table("unk_cutoff", reversed3)).set_index("question")["verdict"]
@@ -116,6 +117,26 @@ def test_gpt2_takes_the_embedding_configurations(name):
     assert (model.decoder.weight.grad is None) == embedding.output_frozen
     assert model.decoder.bias.grad is not None  # the bias of a frozen output stays trainable
     assert model.transformer.h[0].attn.c_attn.weight.grad is not None
+
+
+def test_rescale_vectors_sets_the_std_of_the_found_rows_only():
+    torch.manual_seed(0)
+    vectors, found = 0.4 * torch.randn(50, 8), torch.arange(50) % 5 != 0
+    vectors[~found] = 0.0  # align_to_vocab leaves the rows without a vector at zero
+    scaled = ex.rescale_vectors(vectors, found, 0.02)
+    assert scaled[found].std().item() == pytest.approx(0.02, rel=1e-5)
+    ratio = scaled[found] / vectors[found]
+    assert torch.allclose(ratio, ratio.flatten()[0])  # one factor: directions and relative norms kept
+
+
+def test_as_trained_vectors_keep_the_run_key_of_before_the_option(monkeypatch, tmp_path):
+    monkeypatch.setenv("LMSTUDY_RUNS", str(tmp_path))
+    seen = []
+    monkeypatch.setattr(ex, "cached", lambda study, key, fn: seen.append(key) or {})
+    params = PRESETS[ex.STUDY]["smoke"]
+    ex.run_transformer(ex.transformer_config(params, embedding="tied/pretrained,trainable"))
+    ex.run_transformer(ex.transformer_config(params, embedding="tied/pretrained,trainable", vector_std=0.02))
+    assert "vector_std" not in seen[0] and seen[1]["vector_std"] == 0.02
 
 
 def test_presets_have_every_key():
@@ -151,4 +172,7 @@ def test_smoke_pipeline(tmp_path, monkeypatch):
     assert list(t7["model"]) == ["KN n-gram (word)", "KN n-gram (bpe)", "AWD-LSTM standard", "AWD-LSTM ours",
                                  "GPT-2 (word)", "GPT-2 (bpe)"]
     assert (t7["valid_ppl"] > 1).all()
-    assert len(ex.transformer_table(params)) == 2
+    transformer = ex.transformer_table(params)  # pair: standard (nothing to rescale) and ours, 2 vector scales
+    assert list(transformer["vectors"].unique()) == ["as trained", "rescaled to std 0.02"] and len(transformer) == 4
+    standard = transformer[transformer["label"] == "standard"]
+    assert standard["valid_ppl"].nunique() == 1  # one run shown under both scales
