@@ -41,8 +41,8 @@ Our reading of each experiment:
   needed no change). The vectors have the transformer's width. Run twice: with the vectors as
   gensim wrote them (element std about 0.36 at 64 dimensions) and rescaled to GPT-2's init std
   (0.02, ``rescale_vectors``), because a transformer's output logits are the layer-normed hidden
-  state (norm about sqrt(width)) times these rows: as-is vectors start it ~18x more confident than
-  its random rows, which the LSTM, initialised at +-0.1, barely notices.
+  state (norm about sqrt(width)) times these rows, so as-is rows start with ~18x larger logits than
+  GPT-2's random ones (the LSTM's random rows are uniform in +-0.1, so there the gap is ~6x).
 
 Runs whose data and vectors are those of notebook 01 are ``embedding_init.run`` runs (same cache).
 The others (another vector source, more LM data) are runs of this study: ``train_awd_lstm`` below
