@@ -190,7 +190,7 @@ def check_claims(table: pd.DataFrame) -> pd.DataFrame:
     Claims 1-4 are checked on every UNK'd dataset of the table (``Std``, ``Std-news``: every dataset but
     ``Rare``), claim 5 on ``Rare``. Perplexities are means over seeds, with their standard deviation where
     a config ran with several seeds."""
-    stats = table.groupby(["config", "dataset"])["valid_ppl"].agg(["mean", "std", "count"])
+    stats = seed_spread(table, min_seeds=1)["valid_ppl"]  # mean, std, count per (config, dataset)
     std_datasets = [d for d in datasets_of(table) if d != "Rare"] or ["Std"]
     rows = []
 
@@ -229,8 +229,8 @@ def check_claims(table: pd.DataFrame) -> pd.DataFrame:
                "no trainable/frozen pretrained-input pair in the grid")
 
     # 3. freezing the output embeddings is the worst choice
+    claim = "3. frozen output embeddings are worse than every non-frozen-output config"
     for d in std_datasets:
-        claim = "3. frozen output embeddings are worse than every non-frozen-output config"
         frozen_out = [n for n in names(d) if EmbeddingConfig.from_name(n).output_frozen]
         other = [n for n in names(d) if not EmbeddingConfig.from_name(n).output_frozen]
         if frozen_out and other:
@@ -245,8 +245,8 @@ def check_claims(table: pd.DataFrame) -> pd.DataFrame:
     # 4. tying helps with random input embeddings, and helps less with pretrained ones
     untied = "untied/in=random,trainable/out=random,trainable"
     tied_pre, untied_pre = "tied/pretrained,trainable", "untied/in=pretrained,trainable/out=pretrained,trainable"
+    claim = "4. tying helps with random embeddings, less with pretrained ones"
     for d in std_datasets:
-        claim = "4. tying helps with random embeddings, less with pretrained ones"
         present = names(d)
         if STANDARD in present and untied in present:
             gain = ppl(untied, d) - ppl(STANDARD, d)  # > 0: tying helps
