@@ -120,6 +120,8 @@ class TrainConfig:
     seed: int = 0
     log_every: int = 10
     mixed_precision: str = "no"  # "no" | "fp16" | "bf16"
+    # Steps whose checkpoints are written and never deleted (the shared base keeps 10%/30%/100%).
+    keep_checkpoints: tuple[int, ...] = ()
 
     def __post_init__(self) -> None:
         if self.max_steps is None and self.max_epochs is None:
@@ -143,6 +145,9 @@ class TrainConfig:
             raise ValueError("early stopping needs periodic evaluations: set TrainConfig.eval_every")
         if self.warmup_steps < 0:
             raise ValueError(f"TrainConfig.warmup_steps must be >= 0, got {self.warmup_steps}")
+        if any(not isinstance(step, int) or step < 1 for step in self.keep_checkpoints):
+            raise ValueError(f"TrainConfig.keep_checkpoints must hold positive step numbers, got {self.keep_checkpoints}")
+        self.keep_checkpoints = tuple(sorted(set(self.keep_checkpoints)))
 
 
 @dataclass
@@ -342,6 +347,14 @@ def latest_checkpoint(run: Run) -> Path | None:
     return max(complete, key=lambda p: int(p.name.split("-")[1]), default=None)
 
 
+def kept_checkpoint(run: Run, step: int) -> Path:
+    """The folder of the checkpoint at ``step`` (kept when ``step`` is in ``TrainConfig.keep_checkpoints``)."""
+    path = run.checkpoint_dir / f"step-{step:09d}"
+    if not (path / "state.json").is_file():
+        raise FileNotFoundError(f"run {run.path} has no checkpoint at step {step}: train it that far first")
+    return path
+
+
 def _save_checkpoint(run: Run, model, optimizer, state: TrainState, config: TrainConfig, carry) -> Path:
     run.checkpoint_dir.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(dir=run.checkpoint_dir, prefix=".tmp-"))
@@ -362,8 +375,9 @@ def _save_checkpoint(run: Run, model, optimizer, state: TrainState, config: Trai
     if final.exists():
         shutil.rmtree(final)
     tmp.rename(final)  # atomic: the checkpoint appears complete or not at all
+    kept = {f"step-{step:09d}" for step in config.keep_checkpoints}
     for old in run.checkpoint_dir.iterdir():
-        if old != final and old.is_dir() and not old.name.startswith(".tmp-"):
+        if old != final and old.is_dir() and not old.name.startswith(".tmp-") and old.name not in kept:
             shutil.rmtree(old, ignore_errors=True)
     return final
 
@@ -373,8 +387,12 @@ def _load_checkpoint(path: Path, model, config: TrainConfig):
     payload = json.loads((path / "state.json").read_text(encoding="utf-8"))
     if payload.get("format") != CHECKPOINT_FORMAT:
         raise ValueError(f"checkpoint {path} has format {payload.get('format')!r}, expected {CHECKPOINT_FORMAT}")
-    if payload["train_config"] != to_jsonable(config):
-        changed = sorted(k for k, v in to_jsonable(config).items() if payload["train_config"].get(k) != v)
+    # A field added to TrainConfig after the checkpoint was written counts as its default there.
+    defaults = {f.name: to_jsonable(f.default) for f in dataclasses.fields(TrainConfig)
+                if f.default is not dataclasses.MISSING}
+    saved = {**defaults, **payload["train_config"]}
+    changed = sorted(k for k, v in to_jsonable(config).items() if saved.get(k) != v)
+    if changed:
         raise ValueError(
             f"checkpoint {path} was written with another TrainConfig (differs in {changed}): "
             "train with the original config or start a new run"
@@ -583,7 +601,8 @@ def train(model: torch.nn.Module, task: TrainTask, config: TrainConfig, run: Run
                     if replacement is not None:
                         optimizer = accelerator.prepare(_adopt(replacement))
                         task.optimizer = replacement
-                if config.checkpoint_every is not None and state.step % config.checkpoint_every == 0:
+                if (config.checkpoint_every is not None and state.step % config.checkpoint_every == 0
+                        or state.step in config.keep_checkpoints):
                     save_checkpoint()
                 if _finished(state, config):
                     break

@@ -1,0 +1,460 @@
+"""The shared base models: one byte-level BPE and one small GPT-2 pretrained once on all our
+pretraining text, shipped under ``models/`` and reused by every transformer study.
+
+Pipeline (each step cached in the run folder of its config, so a rerun or a resume after a kill
+picks up where the last one stopped):
+
+1. **Data** (``prepare_data``, run study ``base_data``). The documents are those of
+   :func:`training_documents`: the pretraining parts of every shuffled domain (Wikipedia, books,
+   Reddit, IMDB, news, IRC), raw text, minus every document that near-duplicates an evaluation text
+   (the split-hygiene rule of ``lmstudy.data``). One pass over them writes the texts to a temporary
+   JSONL file and keeps a deterministic ~``tokenizer_sample`` share of the documents (chosen by a
+   hash of the document key) for the BPE; the BPE is trained on that sample
+   (:func:`lmstudy.tokenization.train_bpe`), then every document is encoded, followed by the
+   end-of-text token, into ``train.bin`` (uint16: the vocabulary is < 65,536). The validation stream
+   is each domain's *valid* part, the first documents up to ``valid_tokens_per_domain`` tokens per
+   domain; it only steers the training log and ``best/`` (the evaluation protocol reads the test
+   parts). ``data.json`` records tokens and documents per domain.
+2. **Model** (``train_base``, run study ``base``). A ``GPT2LMHeadModel`` with tied embeddings and no
+   dropout (one pass over fresh text: nothing to regularise), trained by the shared loop
+   (``lmstudy.training.train``) on nanoGPT-style random windows of ``seq_len`` tokens of the
+   training stream (uniform over tokens, so each domain weighs as much as its text), AdamW with
+   betas (0.9, 0.95), weight decay 0.1, linear warm-up and cosine decay to a tenth. The token budget
+   is ``train_tokens``; the checkpoints at ``checkpoint_fractions`` of it (10%, 30%, 100%) are kept for
+   the trend studies. A model's compute is counted as ``flops_per_token * tokens`` (PaLM's
+   6N + 12·L·d·T per token, with N the non-embedding parameters plus the output projection, which
+   is real compute even when tied).
+3. **Sweep** (``sweep``): a few widths/depths, each trained with the same compute (a fraction of the
+   final budget) under the same recipe; the validation loss against compute of each, and the size
+   that the power-law fit of each curve puts lowest at the final budget.
+4. **Export** (``export_base``): each kept checkpoint becomes a Hugging Face folder (safetensors in
+   float16 to keep the three in git small, config, tokenizer, ``lmstudy_run.json`` with the run
+   record, and a model card ``README.md`` with the data, tokens, time and the protocol's numbers).
+   ``AutoModelForCausalLM.from_pretrained(path)`` and ``AutoTokenizer.from_pretrained(path)`` load it.
+
+Command line: ``python -m lmstudy base train|sweep|export --scale smoke|cpu|paper`` (``--help``).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import tempfile
+import time
+import zlib
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+
+import numpy as np
+import torch
+from tqdm.auto import tqdm
+from transformers import GPT2Config, GPT2LMHeadModel
+
+from lmstudy.lm_batches import LMTask
+from lmstudy.runs import Run, atomic_write_json, cached, get_run, read_log_records
+from lmstudy.tokenization import load_tokenizer, train_bpe
+from lmstudy.training import TrainConfig, kept_checkpoint, train
+
+DATA_STUDY = "base_data"
+STUDY = "base"
+DOMAINS = ("wikipedia", "books", "reddit", "imdb", "news", "irc")
+
+
+@dataclass(frozen=True)
+class BaseDataConfig:
+    """What the base trains on: the documents, the tokenizer and the validation slice."""
+
+    vocab_size: int = 8192
+    tokenizer_sample: float = 0.1  # share of the documents the BPE is trained on
+    # The first documents of each domain up to this share of its pretraining words (1 = all; the
+    # sweep and smoke runs take less, with every domain in its full-data proportion).
+    data_fraction: float = 1.0
+    valid_tokens_per_domain: int = 20_000
+
+
+@dataclass(frozen=True)
+class BaseModelConfig:
+    n_layer: int = 4
+    n_head: int = 4
+    n_embd: int = 256
+    seq_len: int = 256
+
+
+@dataclass(frozen=True)
+class BaseConfig:
+    """One base run: data, model size and recipe. ``train_tokens`` is the training budget."""
+
+    data: BaseDataConfig = field(default_factory=BaseDataConfig)
+    model: BaseModelConfig = field(default_factory=BaseModelConfig)
+    train_tokens: int = 20_000_000
+    batch_size: int = 16
+    lr: float = 2e-3
+    warmup_fraction: float = 0.02
+    weight_decay: float = 0.1
+    eval_every_fraction: float = 0.05
+    checkpoint_fractions: tuple[float, ...] = (0.1, 0.3, 1.0)
+    seed: int = 0
+
+    @property
+    def tokens_per_step(self) -> int:
+        return self.batch_size * self.model.seq_len
+
+    @property
+    def max_steps(self) -> int:
+        return max(1, round(self.train_tokens / self.tokens_per_step))
+
+    def kept_steps(self) -> dict[float, int]:
+        """Checkpoint fraction -> step (at least step 1; the last is always ``max_steps``)."""
+        return {f: max(1, round(f * self.max_steps)) for f in self.checkpoint_fractions}
+
+    def train_config(self) -> TrainConfig:
+        steps = self.max_steps
+        every = max(1, round(self.eval_every_fraction * steps))
+        return TrainConfig(
+            max_steps=steps, lr=self.lr, weight_decay=self.weight_decay, betas=(0.9, 0.95),
+            lr_schedule="cosine", warmup_steps=round(self.warmup_fraction * steps), eval_every=every,
+            checkpoint_every=every, log_every=max(1, min(50, every // 4)), seed=self.seed,
+            keep_checkpoints=tuple(self.kept_steps().values()),
+        )
+
+    @classmethod
+    def from_dict(cls, values: dict) -> BaseConfig:
+        values = dict(values)
+        data = BaseDataConfig(**values.pop("data", {}))
+        model = BaseModelConfig(**values.pop("model", {}))
+        if "checkpoint_fractions" in values:
+            values["checkpoint_fractions"] = tuple(values["checkpoint_fractions"])
+        return cls(data=data, model=model, **values)
+
+
+# ---------------------------------------------------------------------------------------------------
+# Data
+# ---------------------------------------------------------------------------------------------------
+
+
+def training_documents(data_fraction: float = 1.0) -> Iterator[tuple[str, str, str]]:
+    """(domain, document key, raw text) of the documents the base may train on, in a fixed order:
+    for each domain its first documents up to ``data_fraction`` of its pretraining words."""
+    from lmstudy.data.splits import load_split, split_documents
+
+    for domain in DOMAINS:
+        budget = data_fraction * load_split(domain).tokens["pretrain"]
+        words = 0
+        # TODO(split hygiene): switch to the near-duplicate-filtered stream once it lands.
+        for document in split_documents(domain, "pretrain"):
+            if data_fraction < 1 and words >= budget:
+                break
+            words += len(document.text.split())
+            yield domain, f"{domain}:{document.doc_id}", document.text
+
+
+def _in_sample(key: str, share: float) -> bool:
+    # crc32 of the key: the same documents at every rebuild, whatever order the readers use.
+    return zlib.crc32(key.encode("utf-8")) % 10_000 < share * 10_000
+
+
+def _encode_to_file(tokenizer, texts: Iterator[str], path: Path, desc: str, batch: int = 256) -> int:
+    """Encode ``texts`` (each followed by eos) into ``path`` as uint16; returns the token count."""
+    eos = tokenizer.eos_token_id
+    count = 0
+    with open(path, "wb") as out:
+        chunk: list[str] = []
+
+        def flush() -> int:
+            ids = tokenizer(chunk, add_special_tokens=False)["input_ids"]
+            flat = np.fromiter((i for doc in ids for i in (*doc, eos)), dtype=np.uint16)
+            out.write(flat.tobytes())
+            chunk.clear()
+            return flat.size
+
+        for text in tqdm(texts, desc=desc, unit=" docs"):
+            chunk.append(text)
+            if len(chunk) == batch:
+                count += flush()
+        if chunk:
+            count += flush()
+    return count
+
+
+def _validation_texts(domain: str, token_budget: int, tokenizer) -> list[str]:
+    from lmstudy.data.splits import split_documents
+
+    texts, tokens = [], 0
+    for document in split_documents(domain, "valid"):
+        texts.append(document.text)
+        tokens += len(tokenizer(document.text)["input_ids"]) + 1
+        if tokens >= token_budget:
+            break
+    return texts
+
+
+def prepare_data(config: BaseDataConfig) -> Run:
+    """Step 1 of the module docstring (cached): the run folder holding ``tokenizer/``, ``train.bin``,
+    ``valid.bin`` and ``data.json``."""
+    if not 256 < config.vocab_size <= 65_536:
+        raise ValueError(f"vocab_size must be in (256, 65536] (uint16 streams), got {config.vocab_size}")
+    if not 0 < config.data_fraction <= 1:
+        raise ValueError(f"data_fraction must be in (0, 1], got {config.data_fraction}")
+    if not 0 < config.tokenizer_sample <= 1:
+        raise ValueError(f"tokenizer_sample must be in (0, 1], got {config.tokenizer_sample}")
+
+    def build(run: Run) -> dict:
+        per_domain: dict[str, dict] = {d: {"documents": 0, "bytes": 0} for d in DOMAINS}
+        sample: list[str] = []
+        with tempfile.TemporaryDirectory(dir=run.path) as tmp:
+            texts_path = Path(tmp) / "texts.jsonl"
+            with open(texts_path, "w", encoding="utf-8") as handle:
+                for domain, key, text in training_documents(config.data_fraction):
+                    handle.write(json.dumps([domain, text]) + "\n")
+                    per_domain[domain]["documents"] += 1
+                    per_domain[domain]["bytes"] += len(text.encode("utf-8"))
+                    if _in_sample(key, config.tokenizer_sample):
+                        sample.append(text)
+            if not sample:  # tiny smoke runs: train the BPE on everything
+                with open(texts_path, encoding="utf-8") as handle:
+                    sample = [json.loads(line)[1] for line in handle]
+            tokenizer = train_bpe(sample, config.vocab_size)
+            tokenizer.save_pretrained(str(run.path / "tokenizer"))
+            del sample
+
+            def texts() -> Iterator[str]:
+                with open(texts_path, encoding="utf-8") as handle:
+                    for line in handle:
+                        yield json.loads(line)[1]
+
+            train_tokens = _encode_to_file(tokenizer, texts(), run.path / "train.bin", "encoding base text")
+        valid_tokens = {}
+        with open(run.path / "valid.bin", "wb") as out:
+            for domain in DOMAINS:
+                texts = _validation_texts(domain, config.valid_tokens_per_domain, tokenizer)
+                ids = [i for text in texts for i in (*tokenizer(text)["input_ids"], tokenizer.eos_token_id)]
+                out.write(np.asarray(ids, dtype=np.uint16).tobytes())
+                valid_tokens[domain] = len(ids)
+        info = {"train_tokens": train_tokens, "valid_tokens": valid_tokens, "documents": per_domain,
+                "vocab_size": len(tokenizer)}
+        atomic_write_json(run.path / "data.json", info)
+        return info
+
+    cached(DATA_STUDY, asdict(config), build)
+    return get_run(DATA_STUDY, asdict(config))
+
+
+def load_stream(path: Path) -> torch.Tensor:
+    """A uint16 token file as an int64 tensor (LMTask's targets must be int64)."""
+    return torch.from_numpy(np.fromfile(path, dtype=np.uint16).astype(np.int64))
+
+
+# ---------------------------------------------------------------------------------------------------
+# Model
+# ---------------------------------------------------------------------------------------------------
+
+
+def gpt2_config(model: BaseModelConfig, tokenizer) -> GPT2Config:
+    eos = tokenizer.eos_token_id
+    return GPT2Config(
+        vocab_size=len(tokenizer), n_positions=model.seq_len, n_embd=model.n_embd, n_layer=model.n_layer,
+        n_head=model.n_head, resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0,
+        bos_token_id=eos, eos_token_id=eos, tie_word_embeddings=True,
+    )
+
+
+def non_embedding_parameters(model: BaseModelConfig) -> int:
+    """Parameters of the transformer blocks and the final layer norm (no token/position embeddings)."""
+    d = model.n_embd
+    block = 12 * d * d + 13 * d  # attention 4d^2+4d, MLP 8d^2+5d, two layer norms 4d
+    return model.n_layer * block + 2 * d
+
+
+def flops_per_token(model: BaseModelConfig, vocab_size: int) -> float:
+    """Training FLOPs per token: 6 (N + d*V) + 12 L d T (PaLM appendix B; the tied output projection
+    is a real (d, V) matmul even though its weights are the embedding's)."""
+    n = non_embedding_parameters(model) + model.n_embd * vocab_size
+    return 6 * n + 12 * model.n_layer * model.n_embd * model.seq_len
+
+
+def build_model(config: BaseConfig, tokenizer) -> GPT2LMHeadModel:
+    torch.manual_seed(config.seed)
+    return GPT2LMHeadModel(gpt2_config(config.model, tokenizer))
+
+
+def run_config(config: BaseConfig) -> dict:
+    return asdict(config)
+
+
+def base_run(config: BaseConfig) -> Run:
+    return get_run(STUDY, run_config(config))
+
+
+def train_base(config: BaseConfig) -> dict:
+    """Step 2 (cached, resumable): train the base; returns its metrics (val loss, tokens, FLOPs, time)."""
+    data_run = prepare_data(config.data)
+    tokenizer = load_tokenizer(data_run.path / "tokenizer")
+
+    def fit(run: Run) -> dict:
+        train_ids = load_stream(data_run.path / "train.bin")
+        valid_ids = load_stream(data_run.path / "valid.bin")
+        model = build_model(config, tokenizer)
+        task = LMTask(train_ids, valid_ids, batch_size=config.batch_size, seq_len=config.model.seq_len,
+                      eval_batch_size=2 * config.batch_size, seed=config.seed)
+        start = time.monotonic()
+        metrics = train(model, task, config.train_config(), run)
+        flops = flops_per_token(config.model, len(tokenizer))
+        return {
+            **metrics, "train_wall_s": time.monotonic() - start, "torch_threads": torch.get_num_threads(),
+            "parameters": sum(p.numel() for p in model.parameters()),
+            "non_embedding_parameters": non_embedding_parameters(config.model),
+            "flops_per_token": flops, "tokens": metrics["steps"] * config.tokens_per_step,
+            "train_flops": flops * metrics["steps"] * config.tokens_per_step,
+            "data_tokens": int(train_ids.numel()), "vocab_size": len(tokenizer),
+        }
+
+    return cached(STUDY, run_config(config), fit)
+
+
+def validation_curve(config: BaseConfig) -> list[dict]:
+    """The run's evaluations: step, tokens, FLOPs, val_loss (for the loss curve and the sweep)."""
+    run = base_run(config)
+    data_run = prepare_data(config.data)
+    vocab = json.loads((data_run.path / "data.json").read_text())["vocab_size"]
+    flops = flops_per_token(config.model, vocab)
+    rows = []
+    for record in read_log_records(run.log_path):
+        if record.get("kind") == "eval":
+            tokens = record["step"] * config.tokens_per_step
+            rows.append({"step": record["step"], "tokens": tokens, "flops": tokens * flops,
+                         "val_loss": record["val_loss"]})
+    return rows
+
+
+# ---------------------------------------------------------------------------------------------------
+# Presets, sweep and the choice of size
+# ---------------------------------------------------------------------------------------------------
+
+
+def _model(size) -> BaseModelConfig:
+    """``[n_layer, n_head, n_embd]`` (a sweep entry) or a dict -> BaseModelConfig."""
+    if isinstance(size, BaseModelConfig):
+        return size
+    if isinstance(size, dict):
+        return BaseModelConfig(**size)
+    n_layer, n_head, n_embd = size
+    return BaseModelConfig(n_layer=n_layer, n_head=n_head, n_embd=n_embd)
+
+
+def final_config(scale: str, model: BaseModelConfig | None = None, **overrides) -> BaseConfig:
+    """The final run of ``scale``: the preset's model (or ``model``), trained for the preset's compute."""
+    from lmstudy.scales import preset
+
+    params = {**preset(STUDY, scale), **overrides}
+    data = BaseDataConfig(**params["data"])
+    model = model or _model(params["model"])
+    tokens = params["compute"] / flops_per_token(model, data.vocab_size)
+    return BaseConfig(data=data, model=model, train_tokens=int(tokens), batch_size=params["batch_size"],
+                      lr=params["lr"])
+
+
+def sweep_configs(scale: str) -> list[BaseConfig]:
+    """One config per sweep size, each with ``sweep_fraction`` of the final compute (module docstring)."""
+    from lmstudy.scales import preset
+
+    params = preset(STUDY, scale)
+    data = replace(BaseDataConfig(**params["data"]), data_fraction=params["sweep_data_fraction"])
+    configs = []
+    for size in params["sweep_sizes"]:
+        model = replace(_model(size), seq_len=params["model"]["seq_len"])
+        tokens = params["sweep_fraction"] * params["compute"] / flops_per_token(model, data.vocab_size)
+        configs.append(BaseConfig(data=data, model=model, train_tokens=int(tokens), batch_size=params["batch_size"],
+                                  lr=params["lr"], eval_every_fraction=0.1, checkpoint_fractions=(1.0,)))
+    return configs
+
+
+def size_label(model: BaseModelConfig) -> str:
+    return f"{model.n_layer}x{model.n_embd}"
+
+
+def fit_power_law(flops: np.ndarray, loss: np.ndarray) -> tuple[float, float, float]:
+    """Least-squares ``loss = E + A * (flops / 1e12) ** -alpha``; returns (E, A, alpha)."""
+    from scipy.optimize import curve_fit
+
+    x = np.asarray(flops, dtype=float) / 1e12
+
+    def law(x, e, a, alpha):
+        return e + a * x ** -alpha
+
+    (e, a, alpha), _ = curve_fit(law, x, np.asarray(loss, dtype=float), p0=(loss.min() * 0.8, 1.0, 0.3),
+                                 bounds=([0, 0, 0], [20, 100, 3]), maxfev=20_000)
+    return float(e), float(a), float(alpha)
+
+
+def run_sweep(scale: str):
+    """Train every sweep size (cached) and return (curves, summary) DataFrames.
+
+    ``curves``: one row per evaluation of each size (FLOPs, tokens, val_loss). ``summary``: one row per
+    size with its parameters, the loss at the sweep's compute, and the power-law fit of the second
+    half of its curve (after warm-up and the steepest fall) extrapolated to the final run's compute.
+    """
+    import pandas as pd
+    from lmstudy.scales import preset
+
+    compute = preset(STUDY, scale)["compute"]
+    curves, summary = [], []
+    for config in sweep_configs(scale):
+        metrics = train_base(config)
+        rows = validation_curve(config)
+        label = size_label(config.model)
+        curves += [{"size": label, **row} for row in rows]
+        tail = [row for row in rows if row["step"] >= config.max_steps // 2]
+        fit = fit_power_law(np.array([r["flops"] for r in tail]), np.array([r["val_loss"] for r in tail]))
+        e, a, alpha = fit
+        summary.append({
+            "size": label, "n_layer": config.model.n_layer, "n_head": config.model.n_head,
+            "n_embd": config.model.n_embd, "parameters": metrics["parameters"],
+            "non_embedding_parameters": metrics["non_embedding_parameters"],
+            "fp16_mb": metrics["parameters"] * 2 / 1e6, "tokens": metrics["tokens"], "flops": metrics["train_flops"],
+            "val_loss": metrics["val_loss"], "train_wall_s": metrics["train_wall_s"],
+            "fit_E": e, "fit_A": a, "fit_alpha": alpha,
+            "extrapolated_val_loss": e + a * (compute / 1e12) ** -alpha,
+        })
+    return pd.DataFrame(curves), pd.DataFrame(summary)
+
+
+def choose_size(summary, max_shipped_mb: float = 40.0, checkpoints: int = 3) -> dict:
+    """The sweep row with the lowest extrapolated loss among sizes whose ``checkpoints`` fp16 copies fit
+    ``max_shipped_mb`` (the git budget for the shipped folders)."""
+    fits = summary[summary["fp16_mb"] * checkpoints <= max_shipped_mb]
+    if fits.empty:
+        raise ValueError(f"no sweep size fits {max_shipped_mb} MB for {checkpoints} fp16 checkpoints")
+    return fits.sort_values("extrapolated_val_loss").iloc[0].to_dict()
+
+
+def plot_sweep(curves, summary, compute: float, chosen: str):
+    """Validation loss against training compute per size, with each fit extrapolated to ``compute``."""
+    import matplotlib.pyplot as plt
+    import seaborn as sns
+
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    palette = dict(zip(summary["size"], sns.color_palette("viridis", len(summary))))
+    for _, row in summary.iterrows():
+        part = curves[curves["size"] == row["size"]]
+        label = f"{row['size']} ({row['parameters'] / 1e6:.1f}M params)" + (" - chosen" if row["size"] == chosen else "")
+        ax.plot(part["flops"], part["val_loss"], "o-", color=palette[row["size"]], label=label, ms=3)
+        x = np.geomspace(part["flops"].iloc[len(part) // 2], compute, 50)
+        ax.plot(x, row["fit_E"] + row["fit_A"] * (x / 1e12) ** -row["fit_alpha"], "--", color=palette[row["size"]], lw=1)
+    ax.axvline(compute, color="grey", lw=0.8, ls=":")
+    ax.text(compute, ax.get_ylim()[1], " final budget", va="top", fontsize=8, color="grey")
+    ax.set_xscale("log")
+    ax.set_xlabel("training compute (FLOPs)")
+    ax.set_ylabel("validation loss (nats/token)")
+    ax.set_title("Base-model sweep: equal compute per size, fits extrapolated (dashed)")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    return fig
+
+
+__all__ = [
+    "BaseConfig", "BaseDataConfig", "BaseModelConfig", "DOMAINS", "base_run", "build_model", "choose_size",
+    "final_config", "fit_power_law", "flops_per_token", "gpt2_config", "plot_sweep", "run_sweep", "sweep_configs", "load_stream", "non_embedding_parameters", "prepare_data", "train_base", "training_documents",
+    "validation_curve",
+]
