@@ -453,8 +453,216 @@ def plot_sweep(curves, summary, compute: float, chosen: str):
     return fig
 
 
+# ---------------------------------------------------------------------------------------------------
+# Export: Hugging Face folders with a model card
+# ---------------------------------------------------------------------------------------------------
+
+RUN_RECORD = "lmstudy_run.json"
+
+
+def checkpoint_name(fraction: float) -> str:
+    """Folder name of a kept checkpoint: ``base`` for the full run, ``base-10pct`` for 10% of it."""
+    return "base" if fraction >= 1 else f"base-{round(100 * fraction):02d}pct"
+
+
+def load_checkpoint_model(config: BaseConfig, fraction: float) -> tuple[GPT2LMHeadModel, object]:
+    """The base model at the kept checkpoint ``fraction`` of ``config``'s run (float32) and its tokenizer."""
+    from safetensors.torch import load_model
+
+    tokenizer = load_tokenizer(prepare_data(config.data).path / "tokenizer")
+    step = config.kept_steps()[fraction]
+    model = build_model(config, tokenizer)
+    load_model(model, str(kept_checkpoint(base_run(config), step) / "model.safetensors"))
+    return model.eval(), tokenizer
+
+
+def model_card(record: dict, protocol_markdown: str) -> str:
+    """The folder's README.md: what the model is, its data, compute and the evaluation protocol's numbers."""
+    m, data = record["config"]["model"], record["data"]
+    per_domain = "\n".join(
+        f"| {domain} | {info['documents']:,} | {info['bytes'] / 1e6:,.1f} |" for domain, info in data["documents"].items()
+    )
+    return f"""---
+library_name: transformers
+pipeline_tag: text-generation
+tags: [gpt2, lmstudy]
+---
+
+# {record['name']}: the lmstudy shared base, {record['fraction']:.0%} of its training tokens
+
+A GPT-2 ({m['n_layer']} layers, {m['n_head']} heads, width {m['n_embd']}, context {m['seq_len']}; {record['parameters']:,}
+parameters with tied embeddings) with a {data['vocab_size']:,}-id byte-level BPE, trained from scratch by
+`python -m lmstudy base train --scale {record['scale']}` (lmstudy's `lmstudy/base.py`). Weights are float16 safetensors.
+
+```python
+from transformers import AutoModelForCausalLM, AutoTokenizer
+model = AutoModelForCausalLM.from_pretrained("{record['path']}", dtype="float32")
+tokenizer = AutoTokenizer.from_pretrained("{record['path']}")
+```
+
+## Training
+- Step {record['step']:,} of {record['max_steps']:,}: {record['tokens']:,} tokens ({record['tokens'] / 1e6:.1f}M),
+  {record['train_flops']:.3g} training FLOPs; batch {record['config']['batch_size']} x {m['seq_len']} tokens, AdamW (0.9, 0.95),
+  weight decay {record['config']['weight_decay']}, peak learning rate {record['config']['lr']}, warm-up then cosine decay to a tenth.
+- Time: {record['train_wall_s'] / 3600:.2f} h for the whole run ({record['torch_threads']} torch threads, 2-core CPU).
+- Data: the pretraining parts of our document-level splits (raw text, every document followed by `<|endoftext|>`),
+  {data['train_tokens']:,} tokens in all, minus every document that near-duplicates an evaluation text (WikiText-2,
+  LAMBADA, GUM/LitBank dev/test, every domain's valid/test). The model saw each token at most once.
+
+| domain | documents | MB of text |
+|---|---:|---:|
+{per_domain}
+
+## Evaluation (lmstudy's protocol, `python -m lmstudy eval {record['path']}`)
+
+{protocol_markdown}
+"""
+
+
+def export_base(config: BaseConfig, dest: Path, scale: str, evaluate=None) -> list[Path]:
+    """Step 4: one Hugging Face folder per kept checkpoint under ``dest`` (module docstring).
+
+    ``evaluate(model, tokenizer) -> (metrics dict, markdown table)`` fills the card's protocol section.
+    """
+    run = base_run(config)
+    if not run.done:
+        raise FileNotFoundError(f"the base run {run.path} is not finished: python -m lmstudy base train --scale {scale}")
+    metrics = run.metrics
+    data = json.loads((prepare_data(config.data).path / "data.json").read_text())
+    log = read_log_records(run.log_path)
+    paths = []
+    for fraction, step in config.kept_steps().items():
+        model, tokenizer = load_checkpoint_model(config, fraction)
+        path = Path(dest) / checkpoint_name(fraction)
+        protocol, table = evaluate(model, tokenizer) if evaluate else ({}, "(not evaluated)")
+        path.mkdir(parents=True, exist_ok=True)
+        model.to(torch.float16).save_pretrained(str(path))
+        tokenizer.save_pretrained(str(path))
+        tokens = step * config.tokens_per_step
+        record = {
+            "name": path.name, "path": str(path), "scale": scale, "fraction": fraction, "step": step,
+            "max_steps": config.max_steps, "tokens": tokens, "train_flops": tokens * metrics["flops_per_token"],
+            "parameters": metrics["parameters"], "train_wall_s": metrics["train_wall_s"],
+            "torch_threads": metrics["torch_threads"], "config": run_config(config), "data": data,
+            "protocol": protocol, "run_metrics": metrics,
+            "log": [r for r in log if r.get("step", 0) <= step],
+        }
+        atomic_write_json(path / RUN_RECORD, record)
+        (path / "README.md").write_text(model_card(record, table), encoding="utf-8")
+        paths.append(path)
+    return paths
+
+
+def plot_loss_curve(config: BaseConfig):
+    """Training and validation loss of the base run against tokens, with the kept checkpoints marked."""
+    import matplotlib.pyplot as plt
+
+    log = read_log_records(base_run(config).log_path)
+    train_rows = [r for r in log if r.get("kind") == "train"]
+    valid_rows = [r for r in log if r.get("kind") == "eval"]
+    fig, ax = plt.subplots(figsize=(7, 4))
+    per_step = config.tokens_per_step / 1e6
+    ax.plot([r["step"] * per_step for r in train_rows], [r["loss"] for r in train_rows], lw=0.8, alpha=0.6,
+            label="training batch loss")
+    ax.plot([r["step"] * per_step for r in valid_rows], [r["val_loss"] for r in valid_rows], "o-", ms=3,
+            label="validation loss (our domains' valid parts)")
+    for fraction, step in config.kept_steps().items():
+        ax.axvline(step * per_step, color="grey", ls=":", lw=0.8)
+        ax.text(step * per_step, ax.get_ylim()[1], f" {fraction:.0%}", va="top", fontsize=8, color="grey")
+    ax.set_xlabel("training tokens (millions)")
+    ax.set_ylabel("loss (nats/token)")
+    ax.set_title(f"Base {size_label(config.model)}: loss curve")
+    ax.legend()
+    fig.tight_layout()
+    return fig
+
+
+# ---------------------------------------------------------------------------------------------------
+# Command line: python -m lmstudy base sweep|train|export
+# ---------------------------------------------------------------------------------------------------
+
+
+def _parse_size(text: str) -> BaseModelConfig:
+    try:
+        n_layer, n_head, n_embd = (int(part) for part in text.lower().replace("x", ",").split(","))
+    except ValueError:
+        raise ValueError(f"--size {text!r} must be N_LAYER,N_HEAD,N_EMBD, e.g. 4,4,256") from None
+    if n_embd % n_head:
+        raise ValueError(f"--size {text!r}: the width {n_embd} must be a multiple of the heads {n_head}")
+    return BaseModelConfig(n_layer=n_layer, n_head=n_head, n_embd=n_embd)
+
+
+def _final(args) -> BaseConfig:
+    from lmstudy.scales import preset
+
+    if args.size is None:
+        return final_config(args.scale)
+    seq_len = preset(STUDY, args.scale)["model"]["seq_len"]
+    return final_config(args.scale, model=replace(_parse_size(args.size), seq_len=seq_len))
+
+
+def _sweep_command(args) -> int:
+    from lmstudy.paths import figures_dir
+    from lmstudy.scales import preset
+
+    curves, summary = run_sweep(args.scale)
+    chosen = choose_size(summary)
+    folder = figures_dir(args.scale)
+    summary.assign(chosen=summary["size"] == chosen["size"]).to_csv(folder / "base_sweep.csv", index=False)
+    curves.to_csv(folder / "base_sweep_curves.csv", index=False)
+    plot_sweep(curves, summary, preset(STUDY, args.scale)["compute"], chosen["size"]).savefig(folder / "base_sweep.png", dpi=120)
+    print(summary.to_string(index=False))
+    print(f"chosen: {chosen['size']} (lowest extrapolated validation loss among sizes that fit the 40 MB budget); "
+          f"figures in {folder}/base_sweep.*")
+    return 0
+
+
+def _train_command(args) -> int:
+    config = _final(args)
+    print(f"training base {size_label(config.model)}: {config.train_tokens:,} tokens, {config.max_steps:,} steps "
+          f"(resumes from its last checkpoint; run folder {base_run(config).path})")
+    metrics = train_base(config)
+    print(json.dumps({k: metrics[k] for k in ("steps", "tokens", "val_loss", "train_wall_s", "parameters")}, indent=1))
+    return 0
+
+
+def _export_command(args) -> int:
+    from lmstudy.paths import figures_dir, models_dir
+
+    config = _final(args)
+    evaluate = None if args.no_eval else _protocol_for_card(args)
+    paths = export_base(config, Path(args.dest) if args.dest else models_dir(args.scale), args.scale, evaluate)
+    plot_loss_curve(config).savefig(figures_dir(args.scale) / "base_loss.png", dpi=120)
+    for path in paths:
+        print(f"exported {path}")
+    return 0
+
+
+def register(subparsers) -> None:
+    from lmstudy.scales import SCALES
+
+    base = subparsers.add_parser("base", help="the shared base models: sweep, train, export (lmstudy.base)",
+                                 description=__doc__.split("\n\n")[0])
+    commands = base.add_subparsers(dest="base_command", required=True, metavar="SUBCOMMAND")
+    for name, handler, text in (
+        ("sweep", _sweep_command, "train each sweep size with equal compute; figure and chosen size"),
+        ("train", _train_command, "train the final base (cached; resumes after a kill)"),
+        ("export", _export_command, "Hugging Face folders of the kept checkpoints, model cards, loss curve"),
+    ):
+        command = commands.add_parser(name, help=text, description=text)
+        command.add_argument("--scale", choices=SCALES, default="smoke")
+        if name != "sweep":
+            command.add_argument("--size", default=None, metavar="L,H,D",
+                                 help="layers,heads,width (default: the scale preset's model)")
+        if name == "export":
+            command.add_argument("--dest", default=None, help="folder for the model folders (default: models/)")
+            command.add_argument("--no-eval", action="store_true", help="skip the evaluation protocol in the cards")
+        command.set_defaults(handler=handler)
+
+
 __all__ = [
-    "BaseConfig", "BaseDataConfig", "BaseModelConfig", "DOMAINS", "base_run", "build_model", "choose_size",
+    "BaseConfig", "BaseDataConfig", "BaseModelConfig", "DOMAINS", "base_run", "build_model", "checkpoint_name",
+    "choose_size", "export_base", "load_checkpoint_model", "model_card", "plot_loss_curve",
     "final_config", "fit_power_law", "flops_per_token", "gpt2_config", "plot_sweep", "run_sweep", "sweep_configs", "load_stream", "non_embedding_parameters", "prepare_data", "train_base", "training_documents",
     "validation_curve",
 ]

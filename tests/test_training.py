@@ -399,3 +399,21 @@ def test_killed_process_resumes_to_the_metrics_of_an_uninterrupted_run(tmp_path)
     records = read_log_records(run_dir / "log.jsonl")
     assert_no_duplicate_steps(records)
     assert_same_logs(records, read_log_records(next(reference_dir.glob("tiny/*/log.jsonl"))))
+
+
+def test_keep_checkpoints_survive_later_checkpoints(tmp_path, monkeypatch):
+    """Steps listed in TrainConfig.keep_checkpoints keep their folders; other checkpoints are replaced."""
+    from lmstudy.runs import get_run
+    from lmstudy.training import kept_checkpoint, latest_checkpoint
+
+    monkeypatch.setenv("LMSTUDY_RUNS", str(tmp_path))
+    torch.manual_seed(0)
+    config = TrainConfig(max_steps=12, checkpoint_every=4, keep_checkpoints=(3, 8), log_every=4)
+    run = get_run("keep", {"test": 1})
+    train(tiny_gpt2(), tiny_lm_task(), config, run)
+    kept = sorted(p.name for p in run.checkpoint_dir.iterdir())
+    assert kept == ["step-000000003", "step-000000008", "step-000000012"]
+    assert latest_checkpoint(run).name == "step-000000012"
+    assert kept_checkpoint(run, 3).name == "step-000000003"
+    with pytest.raises(FileNotFoundError, match="no checkpoint at step 4"):
+        kept_checkpoint(run, 4)

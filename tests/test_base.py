@@ -1,0 +1,102 @@
+"""The shared base models (lmstudy.base): compute accounting, the size choice, and the smoke-scale
+pipeline end to end (data, training with kept checkpoints, export, loading with the Auto classes)."""
+
+from __future__ import annotations
+
+import json
+
+import pandas as pd
+import pytest
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer, GPT2Config, GPT2LMHeadModel
+
+from conftest import require_corpus
+from lmstudy import base
+from lmstudy.base import BaseConfig, BaseDataConfig, BaseModelConfig
+
+
+@pytest.mark.parametrize("n_layer,n_head,n_embd", [(1, 2, 32), (4, 4, 256), (6, 5, 320)])
+def test_non_embedding_parameters_match_the_model(n_layer, n_head, n_embd):
+    model_config = BaseModelConfig(n_layer=n_layer, n_head=n_head, n_embd=n_embd, seq_len=64)
+    model = GPT2LMHeadModel(GPT2Config(vocab_size=300, n_positions=64, n_embd=n_embd, n_layer=n_layer, n_head=n_head))
+    embeddings = model.transformer.wte.weight.numel() + model.transformer.wpe.weight.numel()
+    assert base.non_embedding_parameters(model_config) == sum(p.numel() for p in model.parameters()) - embeddings
+
+
+def test_flops_per_token_counts_the_output_projection_and_attention():
+    model = BaseModelConfig(n_layer=2, n_head=2, n_embd=64, seq_len=128)
+    n = base.non_embedding_parameters(model)
+    assert base.flops_per_token(model, 1000) == 6 * (n + 64 * 1000) + 12 * 2 * 64 * 128
+    # A bigger vocabulary costs exactly its extra output-projection matmuls.
+    assert base.flops_per_token(model, 2000) - base.flops_per_token(model, 1000) == 6 * 64 * 1000
+
+
+def test_kept_steps_and_train_config():
+    config = BaseConfig(model=BaseModelConfig(seq_len=64), train_tokens=64 * 8 * 100, batch_size=8)
+    assert config.max_steps == 100
+    assert config.kept_steps() == {0.1: 10, 0.3: 30, 1.0: 100}
+    assert config.train_config().keep_checkpoints == (10, 30, 100)
+
+
+def test_choose_size_takes_the_best_extrapolation_that_fits_the_git_budget():
+    summary = pd.DataFrame([
+        {"size": "2x128", "fp16_mb": 3.0, "extrapolated_val_loss": 4.0},
+        {"size": "4x256", "fp16_mb": 10.0, "extrapolated_val_loss": 3.5},
+        {"size": "6x320", "fp16_mb": 20.0, "extrapolated_val_loss": 3.2},  # 3 copies = 60 MB: too big
+    ])
+    assert base.choose_size(summary)["size"] == "4x256"
+    assert base.choose_size(summary, max_shipped_mb=100)["size"] == "6x320"
+    with pytest.raises(ValueError, match="no sweep size fits"):
+        base.choose_size(summary, max_shipped_mb=5)
+
+
+def test_power_law_fit_recovers_its_parameters():
+    flops = torch.logspace(12, 14, 12).numpy()
+    loss = 3.0 + 2.0 * (flops / 1e12) ** -0.4
+    e, a, alpha = base.fit_power_law(flops, loss)
+    assert (e, a, alpha) == pytest.approx((3.0, 2.0, 0.4), rel=1e-3)
+
+
+def test_bad_sizes_and_data_settings_are_clear_errors():
+    with pytest.raises(ValueError, match="N_LAYER,N_HEAD,N_EMBD"):
+        base._parse_size("big")
+    with pytest.raises(ValueError, match="multiple of the heads"):
+        base._parse_size("2,3,64")
+    with pytest.raises(ValueError, match="vocab_size"):
+        base.prepare_data(BaseDataConfig(vocab_size=70_000))
+    with pytest.raises(ValueError, match="data_fraction"):
+        base.prepare_data(BaseDataConfig(data_fraction=0))
+
+
+@pytest.mark.slow
+def test_smoke_base_trains_exports_and_loads_with_the_auto_classes(tmp_path, monkeypatch):
+    for corpus in ("wikipedia", "litbank", "reddit", "imdb", "reuters21578", "bbc_news", "irc"):
+        require_corpus(corpus)
+    monkeypatch.setenv("LMSTUDY_RUNS", str(tmp_path / "runs"))
+    config = base.final_config("smoke")
+    metrics = base.train_base(config)
+    assert metrics["steps"] == config.max_steps and metrics["tokens"] == config.max_steps * config.tokens_per_step
+    data = json.loads((base.prepare_data(config.data).path / "data.json").read_text())
+    assert set(data["documents"]) == set(base.DOMAINS)
+    assert all(info["documents"] > 0 for info in data["documents"].values())
+    assert all(tokens > 0 for tokens in data["valid_tokens"].values())
+    # The loss went down from the uniform start.
+    curve = base.validation_curve(config)
+    assert curve[-1]["val_loss"] < curve[0]["val_loss"]
+
+    paths = base.export_base(config, tmp_path / "models", "smoke")
+    assert [p.name for p in paths] == ["base-10pct", "base-30pct", "base"]
+    final_weights = base.load_checkpoint_model(config, 1.0)[0].state_dict()
+    for path, fraction in zip(paths, config.checkpoint_fractions):
+        record = json.loads((path / base.RUN_RECORD).read_text())
+        assert record["step"] == config.kept_steps()[fraction]
+        assert "lmstudy shared base" in (path / "README.md").read_text()
+        model = AutoModelForCausalLM.from_pretrained(str(path), dtype=torch.float32, local_files_only=True)
+        tokenizer = AutoTokenizer.from_pretrained(str(path), local_files_only=True)
+        prompt = tokenizer("The", return_tensors="pt")
+        out = model.generate(**prompt, max_new_tokens=5, do_sample=False, pad_token_id=tokenizer.eos_token_id)
+        assert out.shape[1] == prompt["input_ids"].shape[1] + 5
+        if fraction == 1.0:  # the shipped weights are the run's, rounded to float16
+            for name, tensor in model.state_dict().items():
+                if name in final_weights:
+                    assert torch.equal(tensor, final_weights[name].half().float()), name
