@@ -1,0 +1,57 @@
+"""Smoke checks of benchmark scripts (tiny sizes, seconds): they run and write what they promise."""
+
+from __future__ import annotations
+
+import csv
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+BENCHMARKS = Path(__file__).resolve().parent.parent / "benchmarks"
+
+
+def load_bench(name: str):
+    spec = importlib.util.spec_from_file_location(name, BENCHMARKS / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="module")
+def base_throughput():
+    return load_bench("bench_base_throughput")
+
+
+def read_rows(path: Path) -> list[dict]:
+    with open(path, newline="", encoding="utf-8") as handle:
+        return list(csv.DictReader(handle))
+
+
+def test_base_throughput_quick_writes_one_row_per_method(base_throughput, tmp_path):
+    out = tmp_path / "throughput.csv"
+    base_throughput.main(["--quick", "--threads", "1", "--compile", "off", "--out", str(out)])
+    rows = read_rows(out)
+    assert [(r["method"], r["threads"], r["compile"]) for r in rows] == [("bare", "1", "off"), ("train", "1", "off")]
+    for row in rows:
+        assert row["error"] == ""
+        assert float(row["tokens_per_s"]) > 0 and float(row["sgemm_gflops"]) > 0
+        assert float(row["model_gflops"]) == pytest.approx(
+            float(row["tokens_per_s"]) * float(row["flops_per_token"]) / 1e9, rel=1e-4)
+        assert float(row["mfu"]) == pytest.approx(float(row["model_gflops"]) / float(row["sgemm_gflops"]), rel=1e-4)
+    bare, ours = rows
+    assert bare["vs_bare"] == ""
+    assert float(ours["vs_bare"]) == pytest.approx(1 - float(ours["tokens_per_s"]) / float(bare["tokens_per_s"]),
+                                                   rel=1e-3, abs=1e-4)
+
+
+def test_base_throughput_records_a_compile_failure(base_throughput, tmp_path, monkeypatch):
+    def broken_compile(model, *args, **kwargs):
+        raise RuntimeError("no C++ compiler here")
+
+    monkeypatch.setattr(base_throughput.torch, "compile", broken_compile)
+    out = tmp_path / "throughput.csv"
+    base_throughput.main(["--quick", "--threads", "1", "--compile", "on", "--methods", "bare", "--out", str(out)])
+    (row,) = read_rows(out)
+    assert row["compile"] == "on" and row["tokens_per_s"] == ""
+    assert row["error"] == "RuntimeError: no C++ compiler here"
