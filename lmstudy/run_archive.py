@@ -11,8 +11,12 @@ What is archived, per *finished* run (``metrics.json`` present) of a study::
     DEST/<study>/<hash>/config.json, metrics.json, log.jsonl   always (a few kB)
     DEST/<study>/<hash>/<other folders>                          tokenizer/, best/, model/, ...: only
                                                                  for runs selected by ``weights``
-The training ``checkpoint/`` (latest weights plus optimizer state) is never archived: a finished run
-does not need it. Unfinished runs are skipped; they restart from scratch after a restore.
+The training ``checkpoint/`` (latest weights plus optimizer state) of a finished run is never archived:
+it does not need it. Unfinished runs are skipped (they restart from scratch after a restore) unless
+``unfinished=True``: then each unfinished run is archived with its log and its *latest* checkpoint only
+(weights and optimizer state: a long run, such as the shared base, carried over to the next session
+resumes exactly where it stopped). Restoring such a run replaces the local copy only when the archived
+checkpoint is further along.
 
 ``weights`` chooses which runs keep their folders: ``"all"``, ``"none"``, or ``"KEY=VALUE"`` matched
 against the run's flattened config (``stage=base``: only the Krony base, the one run later stages load
@@ -30,7 +34,7 @@ import shutil
 from pathlib import Path
 
 from lmstudy.paths import runs_dir
-from lmstudy.runs import CHECKPOINT_DIR, CONFIG_FILE, LOG_FILE, METRICS_FILE, flatten_config
+from lmstudy.runs import CHECKPOINT_DIR, CONFIG_FILE, LOG_FILE, METRICS_FILE, Run, flatten_config
 
 SMALL_FILES = (CONFIG_FILE, METRICS_FILE, LOG_FILE)
 
@@ -46,42 +50,64 @@ def _keeps_weights(config: dict, weights: str) -> bool:
     return str(flatten_config(config).get(key)) == value
 
 
-def archive_runs(study: str, dest: str | Path, weights: str = "all") -> list[str]:
-    """Copy the finished runs of ``study`` from ``runs_dir()`` to ``dest/<study>/``; returns their hashes."""
+def archive_runs(study: str, dest: str | Path, weights: str = "all", unfinished: bool = False) -> list[str]:
+    """Copy the finished runs of ``study`` from ``runs_dir()`` to ``dest/<study>/`` (and, with
+    ``unfinished``, the unfinished ones with their latest checkpoint); returns their hashes."""
+    from lmstudy.training import latest_checkpoint  # torch: not needed for `--help`
+
     source = runs_dir() / study
     if not source.is_dir():
         raise FileNotFoundError(f"no runs of study {study!r} in {runs_dir()}")
     archived = []
     for run_dir in sorted(source.iterdir()):
-        if not (run_dir / METRICS_FILE).is_file():
-            continue  # unfinished: its checkpoint is too large to carry, and it reruns from its config
+        finished = (run_dir / METRICS_FILE).is_file()
+        if not finished and not unfinished:
+            continue  # unfinished: its checkpoint is large, and it reruns from its config
+        config = json.loads((run_dir / CONFIG_FILE).read_text(encoding="utf-8"))
+        checkpoint = None if finished else latest_checkpoint(Run(study, config, run_dir.name, run_dir))
+        if not finished and checkpoint is None:
+            continue  # nothing trained yet: nothing to carry
         target = Path(dest) / study / run_dir.name
+        if target.is_dir() and not finished:
+            shutil.rmtree(target / CHECKPOINT_DIR, ignore_errors=True)  # only the newest checkpoint travels
         target.mkdir(parents=True, exist_ok=True)
         for name in SMALL_FILES:
             if (run_dir / name).is_file():
                 shutil.copy2(run_dir / name, target / name)
-        config = json.loads((run_dir / CONFIG_FILE).read_text(encoding="utf-8"))
         if _keeps_weights(config, weights):
             for folder in run_dir.iterdir():
                 if folder.is_dir() and folder.name != CHECKPOINT_DIR:
                     shutil.copytree(folder, target / folder.name, dirs_exist_ok=True)
+        if checkpoint is not None:
+            shutil.copytree(checkpoint, target / CHECKPOINT_DIR / checkpoint.name)
         archived.append(run_dir.name)
     return archived
 
 
+def _checkpoint_step(run_dir: Path) -> int:
+    """The step of the latest complete checkpoint in ``run_dir`` (-1: none)."""
+    from lmstudy.training import latest_checkpoint  # torch: not needed for `--help`
+
+    checkpoint = latest_checkpoint(Run(run_dir.parent.name, {}, run_dir.name, run_dir))
+    return -1 if checkpoint is None else int(checkpoint.name.split("-")[1])
+
+
 def restore_runs(src: str | Path) -> list[str]:
     """Copy every run under ``src/<study>/<hash>/`` into ``runs_dir()`` unless it is finished there
-    already; returns ``study/hash`` of the runs restored."""
+    already (an unfinished one: unless the local checkpoint is as far along); returns ``study/hash``."""
     src = Path(src)
     if not src.is_dir():
         raise FileNotFoundError(f"no run archive at {src}")
     restored = []
-    for run_dir in sorted(src.glob(f"*/*/{METRICS_FILE}")):
-        run_dir = run_dir.parent
+    for run_dir in sorted(path.parent for path in src.glob(f"*/*/{CONFIG_FILE}")):
         study, run_hash = run_dir.parent.name, run_dir.name
         target = runs_dir() / study / run_hash
         if (target / METRICS_FILE).is_file():
             continue
+        if not (run_dir / METRICS_FILE).is_file():
+            if _checkpoint_step(run_dir) <= _checkpoint_step(target):
+                continue
+            shutil.rmtree(target / CHECKPOINT_DIR, ignore_errors=True)  # resume from the archived one
         shutil.copytree(run_dir, target, dirs_exist_ok=True)
         restored.append(f"{study}/{run_hash}")
     return restored
@@ -98,6 +124,8 @@ def register(subparsers) -> None:
     archive.add_argument("dest", type=Path, help="e.g. results/runs (committed)")
     archive.add_argument("--weights", default="all",
                          help="whose folders (weights, tokenizer) to keep: all, none, or KEY=VALUE of the config")
+    archive.add_argument("--unfinished", action="store_true",
+                         help="also unfinished runs, with their latest checkpoint (to resume on another machine)")
     archive.set_defaults(handler=_archive)
     restore = commands.add_parser("restore", help="copy archived runs into the run cache (runs/ or $LMSTUDY_RUNS)")
     restore.add_argument("src", type=Path, help="an archive folder, e.g. results/runs")
@@ -105,8 +133,9 @@ def register(subparsers) -> None:
 
 
 def _archive(args) -> int:
-    hashes = archive_runs(args.study, args.dest, args.weights)
-    print(f"archived {len(hashes)} finished run(s) of {args.study} into {args.dest / args.study}")
+    hashes = archive_runs(args.study, args.dest, args.weights, args.unfinished)
+    kind = "finished or unfinished" if args.unfinished else "finished"
+    print(f"archived {len(hashes)} {kind} run(s) of {args.study} into {args.dest / args.study}")
     return 0
 
 

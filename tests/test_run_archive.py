@@ -56,3 +56,83 @@ def test_archive_errors_and_cli(tmp_path, monkeypatch, capsys):
     assert main(["runs", "restore", str(tmp_path / "missing")]) == 2
     assert "no run archive" in capsys.readouterr().err
 
+
+
+def test_an_unfinished_run_travels_with_its_latest_checkpoint_and_resumes(tmp_path, monkeypatch):
+    """``unfinished=True``: the run's newest checkpoint (not older kept ones) is archived; restored
+    elsewhere, training resumes there and ends with the same weights as an uninterrupted run."""
+    import torch
+    from safetensors.torch import load_file
+
+    from lmstudy.lm_batches import LMTask
+    from lmstudy.training import TrainConfig, latest_checkpoint, train
+
+    def task():
+        ids = torch.arange(3000) % 37
+        return LMTask(ids, ids[:200], batch_size=4, seq_len=8, seed=1)
+
+    def model():
+        torch.manual_seed(0)
+        return torch.nn.Sequential(torch.nn.Embedding(37, 8), torch.nn.Linear(8, 37))
+
+    class Wrapped(torch.nn.Module):  # LMTask calls model(input_ids=x)
+        def __init__(self):
+            super().__init__()
+            self.net = model()
+
+        def forward(self, input_ids):
+            return self.net(input_ids)
+
+    full = TrainConfig(max_steps=20, checkpoint_every=5, keep_checkpoints=(5,), log_every=5)
+    monkeypatch.setenv("LMSTUDY_RUNS", str(tmp_path / "reference"))
+    reference = Wrapped()
+    train(reference, task(), full, get_run("long", {"run": 1}))
+
+    monkeypatch.setenv("LMSTUDY_RUNS", str(tmp_path / "machine1"))
+    run = get_run("long", {"run": 1})
+    # Stop after 10 steps: a run cut off by the end of a session (same TrainConfig, killed at step 10).
+    stopped = CountingStop(task(), stop_after=10)
+    with pytest.raises(KeyboardInterrupt):
+        train(Wrapped(), stopped, full, run)
+    assert latest_checkpoint(run).name == "step-000000010"
+    assert archive_runs("long", tmp_path / "archive") == []  # unfinished runs need the flag
+    assert archive_runs("long", tmp_path / "archive", unfinished=True) == [run.hash]
+    carried = tmp_path / "archive" / "long" / run.hash / "checkpoint"
+    assert sorted(p.name for p in carried.iterdir()) == ["step-000000010"]  # the newest one only
+
+    monkeypatch.setenv("LMSTUDY_RUNS", str(tmp_path / "machine2"))
+    assert restore_runs(tmp_path / "archive") == [f"long/{run.hash}"]
+    assert restore_runs(tmp_path / "archive") == []  # as far along already: nothing copied
+    resumed = Wrapped()
+    train(resumed, task(), full, get_run("long", {"run": 1}))
+    for name, tensor in reference.state_dict().items():
+        assert torch.allclose(resumed.state_dict()[name], tensor, atol=1e-6), name
+
+
+class CountingStop:
+    """An LMTask stand-in that raises KeyboardInterrupt on loss call ``stop_after + 1``."""
+
+    stateful = False
+
+    def __init__(self, inner, stop_after: int):
+        self.inner, self.stop_after, self.calls = inner, stop_after, 0
+
+    def batches(self, epoch):
+        return self.inner.batches(epoch)
+
+    def loss(self, model, batch):
+        self.calls += 1
+        if self.calls > self.stop_after:
+            raise KeyboardInterrupt("end of the session")
+        return self.inner.loss(model, batch)
+
+    def evaluate(self, model):
+        return self.inner.evaluate(model)
+
+    def on_eval(self, state, metrics, optimizer):
+        return None
+
+    def eval_weights(self, model):
+        import contextlib
+
+        return contextlib.nullcontext()
