@@ -365,7 +365,7 @@ def sweep_configs(scale: str) -> list[BaseConfig]:
     for size in params["sweep_sizes"]:
         model = replace(_model(size), seq_len=params["model"]["seq_len"])
         tokens = params["sweep_fraction"] * params["compute"] / flops_per_token(model, data.vocab_size)
-        configs.append(BaseConfig(data=data, model=model, train_tokens=int(tokens), batch_size=params["batch_size"],
+        configs.append(BaseConfig(data=data, model=model, train_tokens=int(tokens), batch_size=params["sweep_batch_size"],
                                   lr=params["lr"], eval_every_fraction=0.1, checkpoint_fractions=(1.0,)))
     return configs
 
@@ -638,6 +638,19 @@ def _export_command(args) -> int:
     return 0
 
 
+def _protocol_for_card(args):
+    """The evaluation protocol (lmstudy.evaluation) as the export's ``evaluate``: full WikiText-2 test, all
+    LAMBADA passages, ``--domain-docs`` test documents of each domain."""
+    from lmstudy.evaluation import EvalConfig, evaluate_model, format_table
+
+    def evaluate(model, tokenizer):
+        table = evaluate_model(model, tokenizer, EvalConfig(domain_documents=args.domain_docs,
+                                                            lambada_examples=args.lambada))
+        return table.to_dict("records"), "```\n" + format_table(table) + "\n```"
+
+    return evaluate
+
+
 def register(subparsers) -> None:
     from lmstudy.scales import SCALES
 
@@ -657,6 +670,8 @@ def register(subparsers) -> None:
         if name == "export":
             command.add_argument("--dest", default=None, help="folder for the model folders (default: models/)")
             command.add_argument("--no-eval", action="store_true", help="skip the evaluation protocol in the cards")
+            command.add_argument("--domain-docs", type=int, default=50, help="test documents per domain (default 50)")
+            command.add_argument("--lambada", type=int, default=0, help="LAMBADA passages (default 0 = all 5,153)")
         command.set_defaults(handler=handler)
 
 
