@@ -14,7 +14,7 @@ picks up where the last one stopped):
    end-of-text token, into ``train.bin`` (uint16: the vocabulary is < 65,536). The validation stream
    is each domain's *valid* part, the first documents up to ``valid_tokens_per_domain`` tokens per
    domain; it only steers the training log and ``best/`` (the evaluation protocol reads the test
-   parts). ``data.json`` records tokens and documents per domain.
+   parts). The run's metrics record tokens, documents and bytes per domain.
 2. **Model** (``train_base``, run study ``base``). A ``GPT2LMHeadModel`` with tied embeddings and no
    dropout (one pass over fresh text: nothing to regularise), trained by the shared loop
    (``lmstudy.training.train``) on nanoGPT-style random windows of ``seq_len`` tokens of the
@@ -192,7 +192,7 @@ def _validation_texts(domain: str, token_budget: int, tokenizer) -> list[str]:
 
 def prepare_data(config: BaseDataConfig) -> Run:
     """Step 1 of the module docstring (cached): the run folder holding ``tokenizer/``, ``train.bin``,
-    ``valid.bin`` and ``data.json``."""
+    ``valid.bin``; its metrics are the token and document counts."""
     if not 256 < config.vocab_size <= 65_536:
         raise ValueError(f"vocab_size must be in (256, 65536] (uint16 streams), got {config.vocab_size}")
     if not 0 < config.data_fraction <= 1:
@@ -200,45 +200,53 @@ def prepare_data(config: BaseDataConfig) -> Run:
     if not 0 < config.tokenizer_sample <= 1:
         raise ValueError(f"tokenizer_sample must be in (0, 1], got {config.tokenizer_sample}")
 
-    def build(run: Run) -> dict:
-        per_domain: dict[str, dict] = {d: {"documents": 0, "bytes": 0} for d in DOMAINS}
-        sample: list[str] = []
-        with tempfile.TemporaryDirectory(dir=run.path) as tmp:
-            texts_path = Path(tmp) / "texts.jsonl"
-            with open(texts_path, "w", encoding="utf-8") as handle:
-                for domain, key, text in training_documents(config.data_fraction):
-                    handle.write(json.dumps([domain, text]) + "\n")
-                    per_domain[domain]["documents"] += 1
-                    per_domain[domain]["bytes"] += len(text.encode("utf-8"))
-                    if _in_sample(key, config.tokenizer_sample):
-                        sample.append(text)
-            if not sample:  # tiny smoke runs: train the BPE on everything
-                with open(texts_path, encoding="utf-8") as handle:
-                    sample = [json.loads(line)[1] for line in handle]
-            tokenizer = train_bpe(sample, config.vocab_size)
+    run = get_run(DATA_STUDY, asdict(config))
+    cached(DATA_STUDY, asdict(config), lambda run: _write_data(run, config))
+    if not (run.path / "train.bin").is_file() or not (run.path / "valid.bin").is_file():
+        # A data run restored from an archive carries its tokenizer and metrics, not the streams
+        # (hundreds of MB): encode them again with that tokenizer, and check they came out the same.
+        info = _write_data(run, config, load_tokenizer(run.path / "tokenizer"))
+        saved = run.metrics
+        if (info["train_tokens"], info["valid_tokens"]) != (saved["train_tokens"], saved["valid_tokens"]):
+            raise RuntimeError(f"re-encoding {run.path} gave other token counts than its metrics.json: "
+                               "the corpora or splits changed; move the run folder away to rebuild it")
+    return run
+
+
+def _write_data(run: Run, config: BaseDataConfig, tokenizer=None) -> dict:
+    """Write the streams of ``run`` (training the BPE first unless ``tokenizer`` is given); returns
+    the counts (the data run's metrics)."""
+    per_domain: dict[str, dict] = {d: {"documents": 0, "bytes": 0} for d in DOMAINS}
+    sample: list[str] = []
+    with tempfile.TemporaryDirectory(dir=run.path) as tmp:
+        texts_path = Path(tmp) / "texts.jsonl"
+        with open(texts_path, "w", encoding="utf-8") as handle:
+            for domain, key, text in training_documents(config.data_fraction):
+                handle.write(json.dumps([domain, text]) + "\n")
+                per_domain[domain]["documents"] += 1
+                per_domain[domain]["bytes"] += len(text.encode("utf-8"))
+                if tokenizer is None and _in_sample(key, config.tokenizer_sample):
+                    sample.append(text)
+
+        def texts() -> Iterator[str]:
+            with open(texts_path, encoding="utf-8") as handle:
+                for line in handle:
+                    yield json.loads(line)[1]
+
+        if tokenizer is None:
+            tokenizer = train_bpe(sample or list(texts()), config.vocab_size)  # tiny smoke runs: all text
             tokenizer.save_pretrained(str(run.path / "tokenizer"))
             del sample
-
-            def texts() -> Iterator[str]:
-                with open(texts_path, encoding="utf-8") as handle:
-                    for line in handle:
-                        yield json.loads(line)[1]
-
-            train_tokens = _encode_to_file(tokenizer, texts(), run.path / "train.bin", "encoding base text")
-        valid_tokens = {}
-        with open(run.path / "valid.bin", "wb") as out:
-            for domain in DOMAINS:
-                texts = _validation_texts(domain, config.valid_tokens_per_domain, tokenizer)
-                ids = [i for text in texts for i in (*tokenizer(text)["input_ids"], tokenizer.eos_token_id)]
-                out.write(np.asarray(ids, dtype=np.uint16).tobytes())
-                valid_tokens[domain] = len(ids)
-        info = {"train_tokens": train_tokens, "valid_tokens": valid_tokens, "documents": per_domain,
-                "vocab_size": len(tokenizer)}
-        atomic_write_json(run.path / "data.json", info)
-        return info
-
-    cached(DATA_STUDY, asdict(config), build)
-    return get_run(DATA_STUDY, asdict(config))
+        train_tokens = _encode_to_file(tokenizer, texts(), run.path / "train.bin", "encoding base text")
+    valid_tokens = {}
+    with open(run.path / "valid.bin", "wb") as out:
+        for domain in DOMAINS:
+            texts = _validation_texts(domain, config.valid_tokens_per_domain, tokenizer)
+            ids = [i for text in texts for i in (*tokenizer(text)["input_ids"], tokenizer.eos_token_id)]
+            out.write(np.asarray(ids, dtype=np.uint16).tobytes())
+            valid_tokens[domain] = len(ids)
+    return {"train_tokens": train_tokens, "valid_tokens": valid_tokens, "documents": per_domain,
+            "vocab_size": len(tokenizer)}
 
 
 def load_stream(path: Path) -> torch.Tensor:
@@ -317,7 +325,7 @@ def validation_curve(config: BaseConfig) -> list[dict]:
     """The run's evaluations: step, tokens, FLOPs, val_loss (for the loss curve and the sweep)."""
     run = base_run(config)
     data_run = prepare_data(config.data)
-    vocab = json.loads((data_run.path / "data.json").read_text())["vocab_size"]
+    vocab = data_run.metrics["vocab_size"]
     flops = flops_per_token(config.model, vocab)
     rows = []
     for record in read_log_records(run.log_path):
@@ -528,7 +536,7 @@ def export_base(config: BaseConfig, dest: Path, scale: str, evaluate=None) -> li
     if not run.done:
         raise FileNotFoundError(f"the base run {run.path} is not finished: python -m lmstudy base train --scale {scale}")
     metrics = run.metrics
-    data = json.loads((prepare_data(config.data).path / "data.json").read_text())
+    data = prepare_data(config.data).metrics
     log = read_log_records(run.log_path)
     paths = []
     for fraction, step in config.kept_steps().items():

@@ -76,10 +76,17 @@ def test_smoke_base_trains_exports_and_loads_with_the_auto_classes(tmp_path, mon
     config = base.final_config("smoke")
     metrics = base.train_base(config)
     assert metrics["steps"] == config.max_steps and metrics["tokens"] == config.max_steps * config.tokens_per_step
-    data = json.loads((base.prepare_data(config.data).path / "data.json").read_text())
+    data_run = base.prepare_data(config.data)
+    data = data_run.metrics
     assert set(data["documents"]) == set(base.DOMAINS)
     assert all(info["documents"] > 0 for info in data["documents"].values())
     assert all(tokens > 0 for tokens in data["valid_tokens"].values())
+    # Restored from an archive (no streams): encoded again, identically.
+    streams = {name: (data_run.path / name).read_bytes() for name in ("train.bin", "valid.bin")}
+    for name in streams:
+        (data_run.path / name).unlink()
+    base.prepare_data(config.data)
+    assert {name: (data_run.path / name).read_bytes() for name in streams} == streams
     # The loss went down from the uniform start.
     curve = base.validation_curve(config)
     assert curve[-1]["val_loss"] < curve[0]["val_loss"]
