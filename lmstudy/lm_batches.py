@@ -18,6 +18,10 @@ pairs, where ``target`` is ``input`` shifted left by one token:
 ``lm_loss`` computes the cross-entropy from the model's logits and our already-shifted targets.
 We do not pass ``labels=`` to HF models: they shift labels internally, which with our windows
 would shift twice (or, with ``labels=input_ids``, drop one target per window).
+
+``eval_windows``, ``lm_loss`` (and ``stream_loss``) live in ``lmstudy.evaluation``, the evaluation
+protocol, and are imported here from there (so ``from lmstudy.lm_batches import lm_loss`` keeps
+working); evaluation never imports this module.
 """
 
 from __future__ import annotations
@@ -28,20 +32,15 @@ from typing import Iterator
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 
+from lmstudy.evaluation import check_token_stream as _check_stream
+from lmstudy.evaluation import eval_windows, lm_loss, stream_loss
 from lmstudy.training import TrainTask
 
 SAMPLING = ("random", "contiguous")
 
-
-def _check_stream(ids: torch.Tensor, name: str, min_length: int) -> None:
-    if not isinstance(ids, torch.Tensor) or ids.dim() != 1:
-        raise ValueError(f"{name} must be a 1-D tensor of token ids, got {getattr(ids, 'shape', type(ids))}")
-    if ids.dtype.is_floating_point or ids.dtype.is_complex or ids.dtype == torch.bool:
-        raise ValueError(f"{name} must hold integer token ids, got dtype {ids.dtype}")
-    if ids.numel() < min_length:
-        raise ValueError(f"{name} has {ids.numel()} tokens, fewer than the {min_length} needed here")
+__all__ = ["LMTask", "SAMPLING", "batchify", "epoch_generator", "eval_windows", "get_bptt_window", "iter_bptt",
+           "lm_loss", "random_windows"]
 
 
 def batchify(ids: torch.Tensor, batch_size: int) -> torch.Tensor:
@@ -84,32 +83,6 @@ def random_windows(
         starts = torch.randint(windows.size(0), (batch_size,), generator=generator)
         chosen = windows[starts]  # (B, T + 1)
         yield chosen[:, :-1], chosen[:, 1:]  # (B, T), (B, T)
-
-
-def eval_windows(
-    ids: torch.Tensor, seq_len: int, batch_size: int
-) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
-    """Non-overlapping windows covering ``ids`` (L,): batches of full windows, then the short tail."""
-    _check_stream(ids, "ids", 2)
-    full = (ids.numel() - 1) // seq_len
-    windows = ids[: full * seq_len + 1].unfold(0, seq_len + 1, seq_len)  # (full, T + 1), 1-token overlap
-    for start in range(0, full, batch_size):
-        chunk = windows[start : start + batch_size]  # (b, T + 1)
-        yield chunk[:, :-1], chunk[:, 1:]
-    tail = ids[full * seq_len :]  # the last (L - 1) % T targets, with their inputs
-    if tail.numel() > 1:
-        yield tail[:-1].unsqueeze(0), tail[1:].unsqueeze(0)  # (1, r), (1, r)
-
-
-def lm_loss(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, reduction: str = "mean") -> torch.Tensor:
-    """Next-token cross-entropy of ``model(input_ids=x)`` against targets ``y`` (B, T).
-
-    The model may return a tensor of logits (B, T, V) or an object with ``.logits`` (HF models).
-    """
-    out = model(input_ids=x)
-    logits = out.logits if hasattr(out, "logits") else out  # (B, T, V)
-    # float32 for the softmax: under bf16/fp16 autocast the loss would lose precision.
-    return F.cross_entropy(logits.reshape(-1, logits.size(-1)).float(), y.reshape(-1).long(), reduction=reduction)
 
 
 @dataclass
@@ -157,9 +130,6 @@ class LMTask(TrainTask):
         return lm_loss(model, x, y)
 
     def evaluate(self, model) -> dict[str, float]:
-        # Imported here: lmstudy.evaluation (the shared protocol) itself imports this module.
-        from lmstudy.evaluation import stream_loss
-
         ids = self.valid_ids if self.max_eval_tokens is None else self.valid_ids[: self.max_eval_tokens + 1]
         loss = stream_loss(model, ids, self.seq_len, self.eval_batch_size or self.batch_size)
         return {"val_loss": loss, "val_ppl": math.exp(loss)}

@@ -1,5 +1,6 @@
-"""lmstudy.studies.kronecker: size-class shapes, the dense baseline's size, LAMBADA scoring, reconstruction errors,
-the distillation loss and task, and a two-step end-to-end run on slices of the real corpora."""
+"""lmstudy.studies.kronecker: size-class shapes, the dense baseline's size, reconstruction errors, the
+distillation loss and task, and a two-step end-to-end run on slices of the real corpora (LAMBADA and
+WikiText scoring: tests/test_evaluation.py)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from transformers import GPT2Config, GPT2LMHeadModel
 
 from lmstudy.models.kronecker import KroneckerConfig, compressed_parameter_count, gpt2_parameter_count
 from lmstudy.studies.kronecker import (
-    DistillTask, KronyStudyConfig, class_a_shape, compressed_run, distillation_loss, lambada_scores,
+    DistillTask, KronyStudyConfig, class_a_shape, compressed_run, distillation_loss,
     matched_dense_inner, pretrain_base, reconstruction_errors, results_table,
 )
 
@@ -38,30 +39,6 @@ def test_matched_dense_inner_is_the_closest_size():
     size = gpt2_parameter_count(GPT2Config(**{**config.to_dict(), "n_inner": inner}))
     per_unit = config.n_layer * (2 * config.n_embd + 1)  # one MLP hidden unit per block: two weights + a bias
     assert abs(size - target) <= per_unit / 2 and inner < 4 * config.n_embd
-
-
-class _NextId(torch.nn.Module):
-    """A fake LM that predicts ``x[t] + 1`` (mod V) with certainty: checks the target alignment."""
-
-    def __init__(self, vocab: int = 50) -> None:
-        super().__init__()
-        self.vocab = vocab
-        self.dummy = torch.nn.Parameter(torch.zeros(1))
-
-    def forward(self, input_ids):
-        logits = torch.full((*input_ids.shape, self.vocab), -30.0)
-        logits.scatter_(-1, ((input_ids + 1) % self.vocab)[..., None], 30.0)
-        return type("Out", (), {"logits": logits})
-
-
-def test_lambada_scores_align_targets_with_predictions():
-    model = _NextId()
-    right = ([1, 2, 3], [4, 5])  # the fake model predicts 4 after 3 and 5 after 4
-    wrong = ([1, 2, 3], [4, 9])
-    scores = lambada_scores(model, [right], seq_len=8)
-    assert scores["lambada_acc"] == 1.0 and scores["lambada_ppl"] == pytest.approx(1.0, abs=1e-6)
-    scores = lambada_scores(model, [right, wrong], seq_len=4)  # context truncated on the left, target kept
-    assert scores["lambada_acc"] == 0.5 and scores["lambada_ppl"] > 1e6
 
 
 def test_van_loan_error_meets_the_svd_bound():
@@ -145,6 +122,9 @@ def test_end_to_end_on_corpus_slices(tmp_path, monkeypatch):
     )
     base = pretrain_base(config)
     assert base["steps"] == 3 and math.isfinite(base["wikitext_ppl"]) and 0 <= base["lambada_acc"] <= 1
+    # the shared protocol's extra keys: per word, bits per byte, the accuracy's Wilson interval
+    assert base["wikitext_ppl_word"] > base["wikitext_ppl"] and 0 < base["wikitext_bpb"] < 16
+    assert base["lambada_acc_low"] <= base["lambada_acc"] <= base["lambada_acc_high"]
     krony = compressed_run(config, "81M", "van_loan")
     assert krony["steps"] == 2 and krony["parameters"] < base["parameters"]
     assert krony["a_shape"] == [16, 16] and math.isfinite(krony["before_wikitext_ppl"])

@@ -18,9 +18,9 @@ similarity (Table 4), t-SNE pictures and a NER probe (Table 5). Our pipeline:
    encoded by :func:`lmstudy.entity_data.encode_coref_document`. ``coref test`` perplexity is GUM test +
    LitBank test read with the entity memory (:func:`entity_stream_loss`); for GPT2E also with every entity id
    null (``test_ppl_no_entities``: how much the entity information itself is worth at test time).
-4. LAMBADA (OpenAI's detokenized test set, ``lambada_examples`` passages): Krony-PT's protocol
-   (:func:`lmstudy.studies.kronecker.lambada_scores`: last-word per-token perplexity and greedy last-word
-   accuracy), GPT2E with all-null entities as the paper does.
+4. LAMBADA (OpenAI's detokenized test set, ``lambada_examples`` passages): the shared protocol
+   (:func:`lmstudy.evaluation.lambada_scores`: last-word per-token perplexity and greedy last-word
+   accuracy with its Wilson interval), GPT2E with all-null entities as the paper does.
 5. Time per step (:func:`step_time_run`): both models, the same batches, steps alternating so that machine
    load hits both alike; median seconds of forward + backward + clipping + AdamW (:func:`timed_step`,
    also used by ``benchmarks/bench_entity_gpt2.py``).
@@ -44,13 +44,13 @@ import pandas as pd
 import torch
 from transformers import GPT2LMHeadModel
 
-from lmstudy.data import iter_documents
 from lmstudy.data.readers.coref import CorefDocument
 from lmstudy.entity_data import EntityDocument, EntityLMTask, encode_coref_document, entity_stream_loss
 from lmstudy.entity_probes import (
     BiLSTMTagger, NerProbeTask, mention_vectors, predict_tags, similarity_rows, span_scores, standardise,
     tag_vocabulary, tagged_sentences,
 )
+from lmstudy.evaluation import lambada_examples, lambada_scores
 from lmstudy.models.entity_gpt2 import GPT2E
 from lmstudy.runs import Run, cached, canonical_json, get_run, read_log
 from lmstudy.scales import preset
@@ -197,33 +197,6 @@ def study_documents(config: EntityStudyConfig, tokenizer) -> dict[str, list[Enti
             for split, limit in limits.items()}
 
 
-def lambada_examples(tokenizer, limit: int) -> list[tuple[list[int], list[int]]]:
-    """(context ids, last-word ids) of LAMBADA test passages, split as Krony-PT's ``load_data`` does."""
-    examples = []
-    for doc in iter_documents("lambada", split="test", detokenized=True, limit=limit or None):
-        context, _, target = doc.text.rstrip().rpartition(" ")
-        examples.append((tokenizer(context)["input_ids"], tokenizer(" " + target)["input_ids"]))
-    return examples
-
-
-@dataclass
-class _Logits:
-    logits: torch.Tensor  # (B, T, V) on the CPU
-
-
-class _CpuInterface(torch.nn.Module):
-    """A model on any device behind CPU inputs and outputs: ``kronecker.lambada_scores`` builds its tensors on
-    the CPU, while after ``train`` the model may sit on a GPU (paper scale)."""
-
-    def __init__(self, model: torch.nn.Module):
-        super().__init__()
-        self.model = model
-
-    def forward(self, input_ids: torch.Tensor):
-        device = next(self.model.parameters()).device
-        return _Logits(self.model(input_ids.to(device)).logits.float().cpu())
-
-
 def without_entities(docs: list[EntityDocument]) -> list[EntityDocument]:
     """The same documents with every entity id null (entity information removed at inference)."""
     return [dataclasses.replace(doc, entity_ids=[0] * len(doc.entity_ids)) for doc in docs]
@@ -256,8 +229,6 @@ def _check_positions(config: EntityStudyConfig, base: GPT2LMHeadModel) -> None:
 def finetune_run(config: EntityStudyConfig, name: str, seed: int) -> dict:
     """Fine-tune ``name`` (GPT2 / GPT2E) from the base with ``seed`` (cached), then evaluate its best weights."""
     def fn(run: Run) -> dict:
-        from lmstudy.studies.kronecker import lambada_scores
-
         base, tokenizer = load_base(config)
         _check_positions(config, base)
         docs = study_documents(config, tokenizer)
@@ -277,8 +248,8 @@ def finetune_run(config: EntityStudyConfig, name: str, seed: int) -> dict:
         evaluate = dict(seq_len=config.seq_len, batch_size=config.batch_size, pad_id=tokenizer.eos_token_id)
         test_loss = entity_stream_loss(model, docs["test"], **evaluate)
         results = {**metrics, "test_loss": test_loss, "test_ppl": math.exp(test_loss),
-                   **lambada_scores(_CpuInterface(model), lambada_examples(tokenizer, config.lambada_examples),
-                                    base.config.n_positions),
+                   **lambada_scores(model, lambada_examples(tokenizer, config.lambada_examples),
+                                    base.config.n_positions, config.batch_size),
                    "train_seconds": seconds, "parameters": sum(p.numel() for p in model.parameters()),
                    "train_docs": len(docs["train"]), "train_tokens": sum(len(d.input_ids) for d in docs["train"])}
         if model.has_entity_layers:

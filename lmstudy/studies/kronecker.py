@@ -16,15 +16,19 @@ pipeline on it:
    reached by each is reported (``size_ratio``), beside the paper's 95/124, 81/124, 67/124.
 3. Each compressed model continues training on the base's data for ``finetune_steps`` (the same token
    budget for every class and init).
-4. Evaluation (``evaluate``), before and after continued training, beside the base:
-   - wikitext-2 raw test: the articles joined with the eos token, BPE-encoded, cut to the first
-     ``wikitext_tokens`` targets, scored in non-overlapping windows of ``seq_len`` (``stream_loss``; every
-     token is predicted from its window's prefix only: no sliding-window context, so numbers are higher
-     than stride-1 evaluations).
+4. Evaluation (``evaluate``), before and after continued training, beside the base: the shared protocol of
+   :mod:`lmstudy.evaluation` (its docstring has the details).
+   - WikiText-2 test, detokenised (``wikitext_detokenize``), one document per article, each predicted from
+     the eos token, the first ``wikitext_tokens`` tokens scored in non-overlapping windows of ``seq_len``
+     (no sliding-window context, so numbers are higher than stride-1 evaluations): ``wikitext_ppl`` per
+     token, ``wikitext_ppl_word`` per word, ``wikitext_bpb`` bits per byte. Runs archived before this
+     protocol (the published cpu results) scored the raw, still tokenised text joined with eos, which gives
+     a higher per-token perplexity (the issue author measured 699 raw against 354 detokenised on one base).
    - LAMBADA (OpenAI's detokenized test set, first ``lambada_examples`` passages): the context is the
      passage without its last word, truncated to the last tokens that fit ``seq_len``; ``lambada_ppl`` is the
-     per-token perplexity of the last word's BPE tokens, ``lambada_acc`` the share of passages whose every
-     last-word token is the greedy prediction (the GPT-2 paper's accuracy, without stop-word filtering).
+     per-token perplexity of the last word's BPE tokens (``lambada_ppl_word`` per word), ``lambada_acc`` the
+     share of passages whose every last-word token is the greedy prediction (the GPT-2 paper's accuracy,
+     without stop-word filtering), with its 95% Wilson interval ``lambada_acc_low`` / ``lambada_acc_high``.
 5. The fair comparison: a dense GPT-2 of the same depth and width whose MLP hidden size is chosen so its
    parameter count is closest to the compressed model's, trained from scratch on the *total* token budget
    the compressed model saw (pretraining + continued training), with the same schedule.
@@ -58,9 +62,11 @@ import torch
 import torch.nn.functional as F
 from transformers import GPT2Config, GPT2LMHeadModel
 
-from lmstudy.data import iter_documents
 from lmstudy.data.splits import split_documents
-from lmstudy.evaluation import stream_loss
+from lmstudy.evaluation import (
+    EncodedDocuments, LambadaExample, encode_documents, lambada_examples, lambada_scores, score_documents,
+    wikitext2_test_articles,
+)
 from lmstudy.lm_batches import LMTask
 from lmstudy.models.kronecker import (
     KroneckerConfig, compress, count_parameters, factor_pair_parameters, gpt2_parameter_count, partner_shape,
@@ -175,29 +181,17 @@ class StudyData:
     tokenizer: object
     train: torch.Tensor
     valid: torch.Tensor
-    wikitext: torch.Tensor
-    lambada: list[tuple[list[int], list[int]]]  # (context ids, last-word ids)
+    wikitext: EncodedDocuments  # WikiText-2 test articles, detokenised (lmstudy.evaluation)
+    lambada: list[LambadaExample]
 
 
 def load_data(config: KronyStudyConfig, tokenizer) -> StudyData:
-    pieces, n_tokens = [], 0
-    for doc in iter_documents("wikitext-2-raw"):
-        pieces.append(_encode_documents(tokenizer, [doc.text]))
-        n_tokens += pieces[-1].numel()
-        if config.wikitext_tokens and n_tokens > config.wikitext_tokens:
-            break  # enough articles: encode no more than the slice we score
-    wikitext = torch.cat(pieces)
-    if config.wikitext_tokens:
-        wikitext = wikitext[: config.wikitext_tokens + 1]
-    lambada = []
-    for doc in iter_documents("lambada", split="test", detokenized=True, limit=config.lambada_examples or None):
-        context, _, target = doc.text.rstrip().rpartition(" ")
-        lambada.append((tokenizer(context)["input_ids"], tokenizer(" " + target)["input_ids"]))
     return StudyData(
         tokenizer=tokenizer,
         train=_encode_documents(tokenizer, _wiki_texts("train", config.train_docs)),
         valid=_encode_documents(tokenizer, _wiki_texts("valid", config.valid_docs)),
-        wikitext=wikitext, lambada=lambada,
+        wikitext=encode_documents(tokenizer, wikitext2_test_articles(), max_tokens=config.wikitext_tokens),
+        lambada=lambada_examples(tokenizer, config.lambada_examples),
     )
 
 
@@ -206,26 +200,10 @@ def load_data(config: KronyStudyConfig, tokenizer) -> StudyData:
 # ---------------------------------------------------------------------------------------------------
 
 
-@torch.no_grad()
-def lambada_scores(model: GPT2LMHeadModel, examples: list[tuple[list[int], list[int]]], seq_len: int) -> dict:
-    """Per-token perplexity of the last word and greedy last-word accuracy (module docstring)."""
-    model.eval()
-    total_loss, total_tokens, correct = 0.0, 0, 0
-    for context, target in examples:
-        ids = (context + target)[-seq_len:]  # keep the target whole, truncate the context on the left
-        n_target = len(target)
-        x = torch.tensor(ids[:-1])[None]  # (1, T-1)
-        logits = model(input_ids=x).logits[0, -n_target:]  # (n_target, vocab): the positions predicting the target
-        y = torch.tensor(ids[-n_target:])  # (n_target,)
-        total_loss += torch.nn.functional.cross_entropy(logits, y, reduction="sum").item()
-        total_tokens += n_target
-        correct += int(bool((logits.argmax(-1) == y).all()))
-    return {"lambada_ppl": math.exp(total_loss / total_tokens), "lambada_acc": correct / len(examples)}
-
-
 def evaluate(model: GPT2LMHeadModel, data: StudyData, config: KronyStudyConfig) -> dict:
-    wikitext_loss = stream_loss(model, data.wikitext, config.seq_len, config.batch_size)
-    return {"wikitext_ppl": math.exp(wikitext_loss), **lambada_scores(model, data.lambada, config.seq_len)}
+    """The shared protocol (module docstring, 4): WikiText-2 and LAMBADA metrics of ``model``."""
+    wikitext = score_documents(model, data.wikitext, config.seq_len, batch_size=config.batch_size, desc="wikitext2")
+    return {**wikitext.metrics("wikitext"), **lambada_scores(model, data.lambada, config.seq_len, config.batch_size)}
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -522,7 +500,7 @@ def plot_results(results: pd.DataFrame, title: str = ""):
     others = results[results["model"].isin(["dense, same size", "distilled"])]
     for (_, row), color in zip(others.iterrows(), sns.color_palette("dark", len(others))):
         axis.axhline(row["wikitext_ppl"], color=color, linestyle=":", label=f"{row['model']} ({row['class']})")
-    axis.set(xlabel="", ylabel="wikitext-2 raw test perplexity (our BPE)", title=title)
+    axis.set(xlabel="", ylabel="wikitext-2 test perplexity (our BPE)", title=title)
     axis.tick_params(axis="x", rotation=30)
     axis.legend()
     figure.tight_layout()
