@@ -8,6 +8,7 @@ Commands:
   attribute --model DIR TEXT                         source attribution p(code | text) (CTRL study)
   hpsearch --scale S [--n-trials N] [--storage URL]  Welch Figure 1 random search with Optuna (study 01b)
   runs archive STUDY DEST [--weights W] | restore SRC carry finished runs between machines (run_archive)
+  eval PATH [--stride N] [--lambada N] [--json OUT]  the evaluation protocol's table for a model folder (evaluation)
 
 Every command has ``--help``.
 """
@@ -88,6 +89,9 @@ def build_parser() -> argparse.ArgumentParser:
     from lmstudy import run_archive
 
     run_archive.register(subparsers)
+    from lmstudy import eval_cli
+
+    eval_cli.register(subparsers)
     return parser
 
 
