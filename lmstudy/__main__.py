@@ -9,6 +9,7 @@ Commands:
   hpsearch --scale S [--n-trials N] [--storage URL]  Welch Figure 1 random search with Optuna (study 01b)
   runs archive STUDY DEST [--weights W] | restore SRC carry finished runs between machines (run_archive)
   eval PATH [--stride N] [--lambada N] [--json OUT]  the evaluation protocol's table for a model folder (evaluation)
+  base sweep | train | export --scale S              the shared base models (lmstudy.base, base_cli)
 
 Every command has ``--help``.
 """
@@ -92,6 +93,9 @@ def build_parser() -> argparse.ArgumentParser:
     from lmstudy import eval_cli
 
     eval_cli.register(subparsers)
+    from lmstudy import base_cli
+
+    base_cli.register(subparsers)
     return parser
 
 

@@ -58,10 +58,12 @@ def test_power_law_fit_recovers_its_parameters():
 
 
 def test_bad_sizes_and_data_settings_are_clear_errors():
+    from lmstudy.base_cli import _parse_size
+
     with pytest.raises(ValueError, match="N_LAYER,N_HEAD,N_EMBD"):
-        base._parse_size("big")
+        _parse_size("big")
     with pytest.raises(ValueError, match="multiple of the heads"):
-        base._parse_size("2,3,64")
+        _parse_size("2,3,64")
     with pytest.raises(ValueError, match="vocab_size"):
         base.prepare_data(BaseDataConfig(vocab_size=70_000))
     with pytest.raises(ValueError, match="data_fraction"):

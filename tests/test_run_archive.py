@@ -62,7 +62,6 @@ def test_an_unfinished_run_travels_with_its_latest_checkpoint_and_resumes(tmp_pa
     """``unfinished=True``: the run's newest checkpoint (not older kept ones) is archived; restored
     elsewhere, training resumes there and ends with the same weights as an uninterrupted run."""
     import torch
-    from safetensors.torch import load_file
 
     from lmstudy.lm_batches import LMTask
     from lmstudy.training import TrainConfig, latest_checkpoint, train
