@@ -1,5 +1,6 @@
-"""Document-level splits (lmstudy.data.splits): determinism, disjointness, targets, leakage guard,
-committed split files, the normalised-token cache."""
+"""Document-level splits (lmstudy.data.splits): determinism, disjointness, targets, near-duplicate
+clusters, IRC logs, leakage guard, committed split files, the normalised-token cache, the base model's
+training stream on a fake domain (the leak test on the real corpora is tests/test_leakage.py)."""
 
 from __future__ import annotations
 
@@ -17,6 +18,12 @@ WORDS = "the a cat dog sat on mat ran fast slow big small red blue green house t
 TARGETS = SplitTargets(valid=400, test=500, train=2_000)
 
 
+def fake_document(doc_id: str, text: str, log: str | None = None) -> Document:
+    """A document the "irc" domain accepts: its meta names a log (by default a log of its own)."""
+    return Document(doc_id=doc_id, text=text, domain="fake", title=f"Doc {doc_id}",
+                    meta={"part": "fake", "file": log or f"log-{doc_id}"})
+
+
 def fake_documents(n: int = 200, corpus: str = "fake") -> list[tuple[str, Document]]:
     """``n`` documents of 1-4 lines of random words (deterministic), keyed like real ones."""
     documents = []
@@ -25,8 +32,7 @@ def fake_documents(n: int = 200, corpus: str = "fake") -> list[tuple[str, Docume
         lines = [" ".join(rng.choices(WORDS, k=rng.randint(3, 12))).capitalize() + "."
                  for _ in range(rng.randint(1, 4))]
         lines[0] += f" doc{index}x"  # no two documents alike
-        document = Document(doc_id=str(index), text="\n".join(lines), domain="fake", title=f"Doc {index}")
-        documents.append((f"{corpus}:{index}", document))
+        documents.append((f"{corpus}:{index}", fake_document(str(index), "\n".join(lines))))
     return documents
 
 
@@ -64,16 +70,65 @@ def test_parts_are_disjoint_and_hit_their_targets():
 
 def test_duplicates_and_empty_documents_are_dropped():
     documents = fake_documents()
-    copy = Document(doc_id="copy", text=documents[5][1].text.replace(" ", "  \n "), domain="fake")
-    empty = Document(doc_id="empty", text="... !!\n--", domain="fake")
-    split = assign_split("irc", documents + [("fake:copy", copy), ("fake:empty", empty)], targets=TARGETS)
-    assert split.dropped == {"fake:copy": "duplicate of fake:5", "fake:empty": "empty after normalisation"}
+    copy = fake_document("copy", documents[5][1].text.replace(" ", "  \n "))
+    # Same words, case, quotes and punctuation aside: a duplicate too.
+    variant = fake_document("variant", "\u201c" + documents[6][1].text.upper().replace(".", "!") + "\u201d")
+    empty = fake_document("empty", "... !!\n--")
+    split = assign_split("irc", documents + [("fake:copy", copy), ("fake:variant", variant), ("fake:empty", empty)],
+                         targets=TARGETS)
+    assert split.dropped == {"fake:copy": "duplicate of fake:5", "fake:variant": "duplicate of fake:6",
+                             "fake:empty": "empty after normalisation"}
     assert split.part_of("fake:copy") is None
     # which copy is kept does not depend on reader order
-    reordered = [("fake:copy", copy)] + documents[::-1] + [("fake:empty", empty)]
+    reordered = [("fake:copy", copy)] + documents[::-1] + [("fake:empty", empty), ("fake:variant", variant)]
     assert assign_split("irc", reordered, targets=TARGETS) == split
     with pytest.raises(ValueError, match="occurs twice"):
         assign_split("irc", documents + documents[:1], targets=TARGETS)
+
+
+def long_fake_text(seed: int, words: int = 60) -> str:
+    rng = random.Random(seed)
+    return " ".join(rng.choices(WORDS, k=words)) + f" long{seed}x."
+
+
+def test_near_twins_land_in_one_part():
+    """A document and its near-twin (quotes, case, a changed word) are in the same part, whatever the seed."""
+    documents = fake_documents()
+    twins = []
+    for number in range(5):
+        text = long_fake_text(1000 + number)
+        twin = '"' + text.replace(" cat ", " dog ", 1).title() + '"'
+        twins += [(f"fake:twin{number}a", fake_document(f"twin{number}a", text)),
+                  (f"fake:twin{number}b", fake_document(f"twin{number}b", twin + " And one more line."))]
+    for seed in range(4):
+        split = assign_split("irc", documents + twins, seed=seed, targets=TARGETS)
+        for number in range(5):
+            assert split.part_of(f"fake:twin{number}a") == split.part_of(f"fake:twin{number}b") is not None
+        assert split.dedup["clusters_of_several"] == 5 and split.dedup["documents_in_clusters_of_several"] == 10
+        assert split.dedup["clusters"] == split.dedup["documents"] - 5 == len(documents) + 5
+
+
+def test_irc_windows_of_a_log_stay_together():
+    documents = [(key, fake_document(document.doc_id, document.text, log=f"log{int(document.doc_id) // 4}"))
+                 for key, document in fake_documents()]
+    split = assign_split("irc", documents, seed=0, targets=TARGETS)
+    part_of_log: dict[str, set] = {}
+    for key, document in documents:
+        part_of_log.setdefault(document.meta["file"], set()).add(split.part_of(key))
+    assert all(len(parts) == 1 for parts in part_of_log.values())
+    assert {part for parts in part_of_log.values() for part in parts} == set(PARTS)
+    assert split.dedup["units"] == ["part", "file"] and split.dedup["clusters"] == 50
+    with pytest.raises(ValueError, match="no meta field"):
+        assign_split("irc", [("fake:x", Document("x", "a text", domain="irc"))], targets=TARGETS)
+
+
+def test_oversized_cluster_goes_to_pretrain():
+    documents = fake_documents()
+    big = [(f"fake:big{k}", fake_document(f"big{k}", long_fake_text(k, 40), log="big")) for k in range(30)]
+    for seed in range(3):
+        split = assign_split("irc", big + documents, seed=seed, targets=TARGETS)  # ~1,300 tokens > 0.5 x train
+        assert {split.part_of(key) for key, _ in big} == {"pretrain"}
+        assert split.dedup["oversized_clusters_to_pretrain"] >= 1
 
 
 def test_too_small_corpus_is_a_clear_error():
@@ -84,6 +139,9 @@ def test_too_small_corpus_is_a_clear_error():
 def test_json_round_trip_and_unknown_names():
     split = assign_split("irc", fake_documents(), targets=TARGETS)
     assert splits.Split.from_json(split.to_json()) == split
+    version_1 = split.to_json().replace(f'"format": {splits.FORMAT_VERSION}', '"format": 1')
+    with pytest.raises(ValueError, match="format 1.*near-duplicate.*build_all_splits"):
+        splits.Split.from_json(version_1)
     with pytest.raises(KeyError, match="unknown domain"):
         load_split("klingon")
     with pytest.raises(ValueError, match="unknown split part"):
@@ -210,3 +268,31 @@ def test_stats_command(fake_domain, capsys):
     args = parser.parse_args(["stats", "irc", "--threshold", "2"])
     assert args.handler(args) == 0
     assert "rare_words.csv" in capsys.readouterr().out
+
+
+def test_base_training_stream_drops_evaluation_copies(fake_domain, monkeypatch):
+    """On the fake domain: a pretrain document that holds an evaluation text is left out of the base
+    stream, the rest is the pretrain part in reader order; the manifest is cached."""
+    documents, split = fake_domain
+    pretrain = [(key, document) for key, document in documents if split.part_of(key) == "pretrain"]
+    copied_key, copied = pretrain[3]
+    external = [("lambada test|lambada:1", copied.text.lower(), None),  # a copy, case aside
+                ("lambada test|lambada:2", "words that are in no fake document at all", None)]
+    monkeypatch.setattr(splits, "SHUFFLED_DOMAINS", ("irc",))
+    monkeypatch.setattr(splits, "BASE_DOMAINS", ("irc",))
+    monkeypatch.setattr(splits, "EXTERNAL_EVALUATION", ())
+    monkeypatch.setattr(splits, "_external_evaluation_texts", lambda: iter(external))
+    evaluation = splits.evaluation_shingles()
+    assert evaluation.keys[:2] == ["lambada test|lambada:1", "lambada test|lambada:2"]
+    assert sorted(evaluation.keys[2:]) == sorted(f"irc {part}|{key}" for part in ("valid", "test")
+                                                 for key in split.ids[part])
+    manifest = splits.base_training_manifest()
+    irc = manifest["domains"]["irc"]
+    assert irc["dropped"] == {copied_key: "contains 100% of evaluation text lambada test|lambada:1"}
+    assert irc["dropped_by_set"] == {"lambada test": 1} and irc["kept"] == len(pretrain) - 1
+    stream = list(splits.base_training_documents())
+    assert [key for _, key, _ in stream] == [key for key, _ in pretrain if key != copied_key]
+    assert {domain for domain, _, _ in stream} == {"irc"}
+    # The second call reads the cached manifest.
+    monkeypatch.setattr(splits, "evaluation_shingles", lambda: pytest.fail("manifest recomputed"))
+    assert splits.base_training_manifest() == manifest

@@ -49,6 +49,12 @@ from pathlib import Path
 
 from tqdm.auto import tqdm
 
+import numpy as np
+
+from lmstudy.data.dedup import (
+    DEDUP_VERSION, LINK_FRACTION, MAX_DOCUMENT_FREQUENCY, SHINGLE_WORDS, ShingleHasher, ShingleSets,
+    connected_components, coverage, near_duplicate_pairs, shared_shingle_counts, shingle_words, units_as_edges,
+)
 from lmstudy.data.documents import Document
 from lmstudy.paths import runs_dir
 from lmstudy.runs import atomic_write_text
@@ -56,7 +62,10 @@ from lmstudy.text import NORMALISATION_VERSION, count_tokens, normalise_ptb
 
 SPLITS_DIR = Path(__file__).resolve().parent / "splits"
 PARTS = ("train", "valid", "test", "pretrain")
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # 2: near-duplicate clusters, IRC by log (1: exact duplicates only)
+# An evaluation or train part takes a cluster only if it is at most this fraction of the part's target:
+# a larger one (Wikipedia's templated stubs, thousands of documents) would overshoot it; it goes to pretrain.
+MAX_CLUSTER_FRACTION = 0.5
 
 
 @dataclass(frozen=True)
@@ -66,7 +75,8 @@ class DomainSpec:
     ``sources``: (corpus name, reader options) pairs. ``official_parts``: for a corpus with its own
     split, part -> (corpus, reader options); then nothing is shuffled. ``pretrain_from``: take the
     pretraining part from this other domain. ``verbatim``: the text is already PTB-normalised, use
-    ``line.split()``. ``drop_wikitext_eval``: apply the WikiText-2 leakage guard.
+    ``line.split()``. ``drop_wikitext_eval``: apply the WikiText-2 leakage guard. ``unit_meta``:
+    ``Document.meta`` fields whose values name a unit that stays in one part (IRC: the log).
     """
 
     sources: tuple[tuple[str, dict], ...] = ()
@@ -74,6 +84,7 @@ class DomainSpec:
     pretrain_from: str | None = None
     verbatim: bool = False
     drop_wikitext_eval: bool = False
+    unit_meta: tuple[str, ...] = ()
 
 
 DOMAINS: dict[str, DomainSpec] = {
@@ -85,7 +96,7 @@ DOMAINS: dict[str, DomainSpec] = {
     "wikipedia": DomainSpec(sources=(("wikipedia", {}),), drop_wikitext_eval=True),
     "imdb": DomainSpec(sources=(("imdb", {}),)),  # train + test + unsup reviews; ratings in the labels
     "reddit": DomainSpec(sources=(("reddit", {}),)),
-    "irc": DomainSpec(sources=(("irc", {}),)),
+    "irc": DomainSpec(sources=(("irc", {}),), unit_meta=("part", "file")),  # 50-message windows, by log
     "books": DomainSpec(sources=(("litbank", {"chunk_words": 2000}),)),
     "news": DomainSpec(sources=(("reuters21578", {}), ("bbc_news", {}))),
 }
@@ -115,6 +126,7 @@ class Split:
     dropped: dict[str, str]      # document key -> why it is in no part
     official_parts: dict[str, list] = field(default_factory=dict)
     pretrain_from: str | None = None
+    dedup: dict = field(default_factory=dict)  # near-duplicate parameters and cluster statistics
     format: int = FORMAT_VERSION
 
     def __post_init__(self) -> None:
@@ -133,8 +145,12 @@ class Split:
     def from_json(cls, text: str) -> Split:
         payload = json.loads(text)
         if payload.get("format") != FORMAT_VERSION:
-            raise ValueError(f"split file format {payload.get('format')!r} is not {FORMAT_VERSION}: "
-                             "rebuild it with lmstudy.data.splits.build_split")
+            raise ValueError(
+                f"split file of domain {payload.get('domain')!r} has format {payload.get('format')!r}; this "
+                f"lmstudy reads format {FORMAT_VERSION} only (v2: near-duplicate clusters kept in one part, IRC "
+                "split by log). Rebuild it with: python -c \"from lmstudy.data.splits import build_all_splits; "
+                "build_all_splits()\""
+            )
         return cls(**payload)
 
 
@@ -202,6 +218,58 @@ def wikitext_eval_titles() -> set[str]:
 
 # --- building ------------------------------------------------------------------------------------
 
+@dataclass
+class DomainTable:
+    """What splitting needs of each document of a domain (:func:`read_domain`), keyed by document key."""
+
+    tokens: dict[str, int]          # kept documents -> tokens incl. <eos>
+    digests: dict[str, bytes]       # kept documents -> digest of their words (exact duplicates)
+    units: dict[str, str | None]    # kept documents -> unit name (``DomainSpec.unit_meta``), None if none
+    dropped: dict[str, str]         # document key -> why it is in no part
+    shingles: ShingleSets           # every document read, in reader order (for the shingle cache)
+
+
+def _unit(spec: DomainSpec, key: str, document: Document) -> str | None:
+    if not spec.unit_meta:
+        return None
+    missing = [name for name in spec.unit_meta if name not in document.meta]
+    if missing:
+        raise ValueError(f"document {key!r} has no meta field(s) {missing}: its domain keeps units "
+                         f"{spec.unit_meta} together")
+    return "/".join(str(document.meta[name]) for name in spec.unit_meta)
+
+
+def read_domain(domain: str, documents: Iterable[tuple[str, Document]], drop_titles: Iterable[str] = ()) -> DomainTable:
+    """Step 1-2 of the module docstring for ``documents`` ((key, Document) pairs): normalise and count
+    tokens, shingle the raw text, drop the evaluation articles and the empty documents."""
+    spec = get_domain(domain)
+    drop_titles = {title.lower() for title in drop_titles}
+    hasher = ShingleHasher()
+    table = DomainTable({}, {}, {}, {}, ShingleSets.from_arrays([], []))
+    keys, shingles = [], []
+    for key, document in tqdm(documents, desc=f"normalising {domain}", unit=" docs"):
+        if key in table.tokens or key in table.dropped:
+            raise ValueError(f"document key {key!r} occurs twice in domain {domain!r}: ids must be unique")
+        words = shingle_words(document.text)
+        keys.append(key)
+        shingles.append(hasher.of_segments([words]))
+        if document.title and document.title.lower() in drop_titles:
+            table.dropped[key] = f"evaluation article: {document.title}"
+            continue
+        sentences = document_sentences(domain, document)
+        if not sentences:
+            table.dropped[key] = "empty after normalisation"
+            continue
+        table.tokens[key] = count_tokens(sentences)
+        # Duplicates by words (lower-cased \w+ of the raw text): case, quotes and punctuation aside.
+        # Not by normalised text, which would also merge templated but different documents: numbers
+        # become N, e.g. Reuters' "shr N cts vs N cts net N vs N" earnings reports.
+        table.digests[key] = hashlib.sha1(" ".join(words).encode("utf-8")).digest()
+        table.units[key] = _unit(spec, key, document)
+    table.shingles = ShingleSets.from_arrays(keys, shingles)
+    return table
+
+
 def assign_split(
     domain: str,
     documents: Iterable[tuple[str, Document]],
@@ -209,61 +277,91 @@ def assign_split(
     targets: SplitTargets = SplitTargets(),
     drop_titles: Iterable[str] = (),
 ) -> Split:
-    """Split ``documents`` ((key, Document) pairs of a shuffled-split domain), steps 1-3 of the module
+    """Split ``documents`` ((key, Document) pairs of a shuffled-split domain), steps 1-4 of the module
     docstring. Pure: reads nothing else, writes nothing."""
-    spec = get_domain(domain)
-    drop_titles = {title.lower() for title in drop_titles}
-    token_counts: dict[str, int] = {}
-    dropped: dict[str, str] = {}
-    digests: dict[str, bytes] = {}
-    for key, document in tqdm(documents, desc=f"normalising {domain}", unit=" docs"):
-        if key in token_counts or key in dropped:
-            raise ValueError(f"document key {key!r} occurs twice in domain {domain!r}: ids must be unique")
-        if document.title and document.title.lower() in drop_titles:
-            dropped[key] = f"evaluation article: {document.title}"
-            continue
-        sentences = document_sentences(domain, document)
-        if not sentences:
-            dropped[key] = "empty after normalisation"
-            continue
-        token_counts[key] = count_tokens(sentences)
-        # Duplicates by raw text (whitespace aside): normalised text would also merge templated
-        # but different documents, e.g. Reuters' "shr N cts vs N cts net N vs N" earnings reports.
-        digests[key] = hashlib.sha1(" ".join(document.text.split()).encode("utf-8")).digest()
+    return split_table(domain, read_domain(domain, documents, drop_titles), seed, targets)
 
-    order = sorted(token_counts)  # reader order must not matter, only the seed
+
+def _clusters(table: DomainTable, keys: list[str]) -> tuple[list[list[str]], dict]:
+    """The near-duplicate clusters of ``keys`` (sorted) and the statistics recorded in the split file.
+    A cluster lists its keys in sorted order; clusters come in the order of their first key."""
+    index = {key: i for i, key in enumerate(table.shingles.keys)}
+    sets = table.shingles.select(index[key] for key in keys)
+    i, j, _ = near_duplicate_pairs(sets)
+    unit_i, unit_j = units_as_edges([table.units[key] for key in keys])
+    labels = connected_components(len(keys), [(i, j), (unit_i, unit_j)])
+    groups: dict[int, list[str]] = {}
+    for key, label in zip(keys, labels):
+        groups.setdefault(int(label), []).append(key)
+    clusters = list(groups.values())
+    shared = [cluster for cluster in clusters if len(cluster) > 1]
+    largest = sorted(shared, key=lambda c: (-len(c), c[0]))[:5]
+    stats = {
+        "near_duplicate_links": len(i),
+        "documents": len(keys),
+        "clusters": len(clusters),
+        "clusters_of_several": len(shared),
+        "documents_in_clusters_of_several": sum(len(cluster) for cluster in shared),
+        "largest_clusters": [{"first": c[0], "documents": len(c), "tokens": sum(table.tokens[k] for k in c)}
+                             for c in largest],
+    }
+    return clusters, stats
+
+
+def split_table(domain: str, table: DomainTable, seed: int = 0, targets: SplitTargets = SplitTargets()) -> Split:
+    """Steps 2-4 of the module docstring on a :func:`read_domain` table."""
+    spec = get_domain(domain)
+    dropped = dict(table.dropped)
+    order = sorted(table.tokens)  # reader order must not matter, only the seed
     kept_with_digest: dict[bytes, str] = {}
     for key in order:  # of identical documents keep the first key in sorted order
-        if digests[key] in kept_with_digest:
-            dropped[key] = f"duplicate of {kept_with_digest[digests[key]]}"
+        if table.digests[key] in kept_with_digest:
+            dropped[key] = f"duplicate of {kept_with_digest[table.digests[key]]}"
         else:
-            kept_with_digest[digests[key]] = key
+            kept_with_digest[table.digests[key]] = key
     order = [key for key in order if key not in dropped]
-    random.Random(seed).shuffle(order)
-    # Fill valid, then test, then train, each until its count first reaches its target.
+    clusters, stats = _clusters(table, order)
+    random.Random(seed).shuffle(clusters)
+    # Fill valid, then test, then train, cluster by cluster, each until its count first reaches its target.
     ids: dict[str, list[str]] = {"valid": [], "test": [], "train": []}
     tokens = dict.fromkeys(PARTS, 0)
+    documents_per_part = dict.fromkeys(PARTS, 0)
     to_fill = list(ids)
-    for key in order:
+    oversized = 0
+    for cluster in clusters:
+        size = sum(table.tokens[key] for key in cluster)
         while to_fill and tokens[to_fill[0]] >= getattr(targets, to_fill[0]):
             to_fill.pop(0)
         part = to_fill[0] if to_fill else "pretrain"
+        if part != "pretrain" and size > MAX_CLUSTER_FRACTION * getattr(targets, part):
+            part, oversized = "pretrain", oversized + 1
         if part != "pretrain":
-            ids[part].append(key)
-        tokens[part] += token_counts[key]
+            ids[part].extend(cluster)
+        tokens[part] += size
+        documents_per_part[part] += len(cluster)
     unfilled = [name for name in ids if tokens[name] < getattr(targets, name)]
     if unfilled:
         raise ValueError(
-            f"domain {domain!r} has only {sum(token_counts.values()):,} tokens: not enough for the "
+            f"domain {domain!r} has only {sum(table.tokens.values()):,} tokens: not enough for the "
             f"targets {asdict(targets)} (parts short: {', '.join(unfilled)}); lower the targets"
         )
-    documents_per_part = {name: len(keys) for name, keys in ids.items()}
-    documents_per_part["pretrain"] = len(order) - sum(documents_per_part.values())
+    dedup = {
+        "version": DEDUP_VERSION,
+        "words": "lower-cased \\w+ tokens of the raw text",
+        "shingle_words": SHINGLE_WORDS,
+        "link_fraction": LINK_FRACTION,
+        "link_rule": "shared distinct shingles >= link_fraction x those of the smaller document",
+        "max_document_frequency": MAX_DOCUMENT_FREQUENCY,
+        "units": list(spec.unit_meta),
+        "max_cluster_fraction": MAX_CLUSTER_FRACTION,
+        "oversized_clusters_to_pretrain": oversized,
+        **stats,
+    }
     return Split(
         domain=domain, seed=seed, targets=asdict(targets), sources=[list(s) for s in spec.sources],
         normalisation=_normalisation(spec), tokens=tokens, documents=documents_per_part,
         ids={name: ids[name] for name in ("train", "valid", "test")}, dropped=dropped,
-        pretrain_from=spec.pretrain_from,
+        pretrain_from=spec.pretrain_from, dedup=dedup,
     )
 
 
@@ -303,11 +401,15 @@ def build_split(domain: str, seed: int = 0, targets: SplitTargets = SplitTargets
     spec = get_domain(domain)
     if spec.official_parts:
         split = _official_split(domain)
-    else:
-        drop_titles = wikitext_eval_titles() if spec.drop_wikitext_eval else ()
-        split = assign_split(domain, iter_domain_documents(domain, limit), seed, targets, drop_titles)
+        if save and limit is None:
+            atomic_write_text(split_path(domain), split.to_json())
+        return split
+    drop_titles = wikitext_eval_titles() if spec.drop_wikitext_eval else ()
+    table = read_domain(domain, iter_domain_documents(domain, limit), drop_titles)
+    split = split_table(domain, table, seed, targets)
     if save and limit is None:
         atomic_write_text(split_path(domain), split.to_json())
+        _save_shingles(domain, table.shingles, _domain_shingle_stamp(domain))  # reused by the leak test and the base stream
     return split
 
 
@@ -477,7 +579,229 @@ def split_counts(domain: str, part: str) -> Counter[str]:
     return counts
 
 
-__all__ = ["DOMAINS", "PARTS", "DomainSpec", "Split", "SplitTargets", "assign_split", "build_all_splits",
-           "build_split", "build_token_cache", "document_key", "document_sentences", "iter_domain_documents",
-           "iter_split_sentences", "load_split", "split_counts", "split_documents", "split_path",
-           "split_tokens", "token_file", "wikitext_eval_titles"]
+# --- shingles of whole domains and of the evaluation texts ---------------------------------------
+
+SHUFFLED_DOMAINS = tuple(name for name, spec in DOMAINS.items() if not spec.official_parts)
+EVALUATION_PARTS = ("valid", "test")
+
+
+def _shingle_cache_path(name: str) -> Path:
+    return runs_dir() / "cache" / "shingles" / f"{name}.npz"
+
+
+def _save_shingles(name: str, sets: ShingleSets, stamp: dict) -> None:
+    """Write ``sets`` with ``stamp`` (what they were computed from) atomically."""
+    path = _shingle_cache_path(name)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.NamedTemporaryFile(dir=path.parent, prefix=f".{name}.", suffix=".tmp", delete=False) as handle:
+        np.savez(handle, keys=np.array(sets.keys, dtype=str), hashes=sets.hashes, offsets=sets.offsets,
+                 stamp=np.array(json.dumps(stamp, sort_keys=True)))
+    os.chmod(handle.name, 0o644)
+    os.replace(handle.name, path)
+
+
+def _load_shingles(name: str, stamp: dict) -> ShingleSets | None:
+    """The cached sets of ``name`` if they were computed from ``stamp``, else None."""
+    path = _shingle_cache_path(name)
+    if not path.is_file():
+        return None
+    with np.load(path) as cached:
+        if str(cached["stamp"]) != json.dumps(stamp, sort_keys=True):
+            return None
+        return ShingleSets(cached["keys"].tolist(), cached["hashes"], cached["offsets"])
+
+
+def _domain_shingle_stamp(domain: str) -> dict:
+    return {"split_sha256": _cache_stamp(domain)["split_sha256"], "dedup": DEDUP_VERSION}
+
+
+def domain_shingles(domain: str) -> ShingleSets:
+    """The shingle sets (:mod:`lmstudy.data.dedup`) of every document a shuffled-split domain's readers
+    yield (dropped ones included), keyed and ordered as :func:`iter_domain_documents`. Cached in
+    ``runs_dir()/cache/shingles/<domain>.npz`` (written by :func:`build_split` too), rebuilt when
+    the split file or :data:`~lmstudy.data.dedup.DEDUP_VERSION` changes: about a minute for the
+    largest domains."""
+    if domain not in SHUFFLED_DOMAINS:
+        raise ValueError(f"domain {domain!r} has an official split; shingled domains: {', '.join(SHUFFLED_DOMAINS)}")
+    load_split(domain)  # a clear error when the split was never built
+    stamp = _domain_shingle_stamp(domain)
+    sets = _load_shingles(domain, stamp)
+    if sets is None:
+        hasher = ShingleHasher()
+        keys, arrays = [], []
+        for key, document in tqdm(iter_domain_documents(domain), desc=f"shingles {domain}", unit=" docs"):
+            keys.append(key)
+            arrays.append(hasher(document.text))
+        sets = ShingleSets.from_arrays(keys, arrays)
+        _save_shingles(domain, sets, stamp)
+    return sets
+
+
+def part_shingles(domain: str, parts: Iterable[str]) -> ShingleSets:
+    """The shingle sets of the documents of ``domain`` in ``parts`` (reader order)."""
+    parts = set(parts)
+    for part in parts:
+        _check_part(part)
+    split, sets = load_split(domain), domain_shingles(domain)
+    return sets.select(i for i, key in enumerate(sets.keys) if split.part_of(key) in parts)
+
+
+# Evaluation texts outside the domains' own valid/test parts: (name, corpus, reader options, mask token).
+# GUM and LitBank are read as the entity study reads them (coreference tokens joined by spaces).
+EXTERNAL_EVALUATION = (
+    ("wikitext-2 valid", "wikitext-2", {"split": "valid"}, "<unk>"),
+    ("wikitext-2 test", "wikitext-2-raw", {"split": "test"}, None),  # raw: the tokenised file masks words
+    ("lambada dev", "lambada", {"split": "dev"}, None),
+    ("lambada test", "lambada", {"split": "test"}, None),
+    ("lambada test detokenized", "lambada", {"split": "test", "detokenized": True}, None),
+    ("gum dev", "gum", {"split": "dev"}, None),
+    ("gum test", "gum", {"split": "test"}, None),
+    ("litbank dev", "litbank", {"split": "dev"}, None),
+    ("litbank test", "litbank", {"split": "test"}, None),
+    ("ptb valid", "ptb", {"split": "valid"}, "<unk>"),
+    ("ptb test", "ptb", {"split": "test"}, "<unk>"),
+)
+
+
+def _external_evaluation_texts() -> Iterator[tuple[str, str, str | None]]:
+    """(key, text, mask token) of every external evaluation document; key = ``"<set>|<corpus>:<id>"``."""
+    from lmstudy.data import iter_documents
+    from lmstudy.data.catalogue import corpus_path
+
+    for name, corpus, options, unk in EXTERNAL_EVALUATION:
+        if corpus in ("gum", "litbank"):
+            if corpus == "gum":
+                from lmstudy.data.readers.gum import read_gum_coref as read_coref
+            else:
+                from lmstudy.data.readers.litbank import read_litbank_coref as read_coref
+            for document in read_coref(corpus_path(corpus), **options):
+                yield f"{name}|{corpus}:{document.doc_id}", " ".join(document.tokens), unk
+        else:
+            for document in iter_documents(corpus, **options):
+                yield f"{name}|{corpus}:{document.doc_id}", document.text, unk
+
+
+def evaluation_shingles() -> ShingleSets:
+    """The shingle sets of every evaluation text: the valid and test parts of every shuffled-split
+    domain (keys ``"<domain> <part>|<key>"``) and :data:`EXTERNAL_EVALUATION` (WikiText-2 valid/test,
+    LAMBADA dev/test in both forms, GUM and LitBank dev/test, PTB valid/test). The external ones are
+    cached, stamped with their corpora's checksums."""
+    from lmstudy.data.catalogue import CHECKSUMS
+
+    corpora = {corpus for _, corpus, _, _ in EXTERNAL_EVALUATION}
+    stamp = {"dedup": DEDUP_VERSION, "sources": [list(map(str, source)) for source in EXTERNAL_EVALUATION],
+             "files": {path: digest for path, digest in CHECKSUMS.items() if path.split("/")[0] in corpora}}
+    external = _load_shingles("evaluation", stamp)
+    if external is None:
+        hasher = ShingleHasher()
+        keys, arrays = [], []
+        for key, text, unk in tqdm(_external_evaluation_texts(), desc="shingles evaluation", unit=" docs"):
+            keys.append(key)
+            arrays.append(hasher(text, unk))
+        external = ShingleSets.from_arrays(keys, arrays)
+        _save_shingles("evaluation", external, stamp)
+    collections = [external]
+    for domain in SHUFFLED_DOMAINS:
+        for part in EVALUATION_PARTS:
+            sets = part_shingles(domain, [part])
+            collections.append(ShingleSets([f"{domain} {part}|{key}" for key in sets.keys], sets.hashes, sets.offsets))
+    return ShingleSets.concatenate(collections)
+
+
+# --- the shared base model's training stream ----------------------------------------------------
+
+BASE_DOMAINS = ("wikipedia", "books", "reddit", "imdb", "news", "irc")
+BASE_DROP_FRACTION = 0.1
+
+
+def _base_manifest_stamp() -> dict:
+    from lmstudy.data.catalogue import CHECKSUMS
+
+    corpora = {corpus for _, corpus, _, _ in EXTERNAL_EVALUATION}
+    return {
+        "split_sha256": {domain: _cache_stamp(domain)["split_sha256"] for domain in SHUFFLED_DOMAINS},
+        "evaluation_files": {path: digest for path, digest in CHECKSUMS.items() if path.split("/")[0] in corpora},
+        "dedup": DEDUP_VERSION, "drop_fraction": BASE_DROP_FRACTION, "domains": list(BASE_DOMAINS),
+    }
+
+
+def base_training_manifest() -> dict:
+    """Which pretrain documents the shared base model may not train on, and why (see
+    :func:`base_training_documents`). Returns ``{"stamp", "rule", "domains": {domain: {"pretrain":
+    documents, "kept": documents, "dropped": {key: reason}, "dropped_by_set": {evaluation set: n},
+    "dropped_by_rule": {rule: n}}}}``.
+
+    Cached in ``runs_dir()/cache/base_training/manifest.json``, keyed by the split files' hashes, the
+    evaluation corpora's checksums and the dedup parameters: the second call is free. The first
+    needs every domain's shingles (:func:`domain_shingles`: minutes when they are not cached).
+    """
+    path = runs_dir() / "cache" / "base_training" / "manifest.json"
+    stamp = _base_manifest_stamp()
+    if path.is_file():
+        manifest = json.loads(path.read_text(encoding="utf-8"))
+        if manifest.get("stamp") == stamp:
+            return manifest
+    evaluation = evaluation_shingles()
+    evaluation_hashes = evaluation.distinct()
+    evaluation_set = [key.split("|", 1)[0] for key in evaluation.keys]
+    percent = f"{BASE_DROP_FRACTION:.0%}"
+    manifest = {"stamp": stamp, "rule": (
+        f"a pretrain document is dropped when it contains >= {percent} of the distinct 13-word shingles of "
+        f"an evaluation document ('contains'), or when >= {percent} of its own shingles occur in evaluation "
+        "texts ('made of')"), "domains": {}}
+    for domain in tqdm(BASE_DOMAINS, desc="base training manifest", unit=" domains"):
+        pretrain = part_shingles(domain, ["pretrain"])
+        reasons: dict[int, tuple[str, str]] = {}  # pretrain index -> (rule, evaluation set)
+        # 1. The evaluation document with the largest fraction inside each pretrain document.
+        i, j, shared = shared_shingle_counts(pretrain, evaluation)
+        fraction = shared / np.maximum(evaluation.sizes[j], 1)
+        by_fraction = np.argsort(-fraction, kind="stable")
+        for index in by_fraction[fraction[by_fraction] >= BASE_DROP_FRACTION]:
+            if int(i[index]) not in reasons:
+                reasons[int(i[index])] = (f"contains {fraction[index]:.0%} of evaluation text "
+                                          f"{evaluation.keys[j[index]]}", evaluation_set[j[index]])
+        # 2. Pretrain documents made of evaluation text (pieces of several evaluation documents).
+        own = coverage(pretrain, evaluation_hashes)
+        for index in np.flatnonzero(own >= BASE_DROP_FRACTION):
+            reasons.setdefault(int(index), (f"made of evaluation text: {own[index]:.0%} of its shingles",
+                                            "several"))
+        dropped = {pretrain.keys[index]: reason for index, (reason, _) in sorted(reasons.items())}
+        manifest["domains"][domain] = {
+            "pretrain": len(pretrain),
+            "kept": len(pretrain) - len(dropped),
+            "dropped_by_rule": dict(Counter(reason.split(" ")[0] for reason, _ in reasons.values())),
+            "dropped_by_set": dict(Counter(evaluation_set for _, evaluation_set in reasons.values())),
+            "dropped": dropped,
+        }
+    atomic_write_text(path, json.dumps(manifest, indent=1, ensure_ascii=False) + "\n")
+    return manifest
+
+
+def base_training_documents() -> Iterator[tuple[str, str, Document]]:
+    """The raw documents the shared base model may train on, as ``(domain, key, Document)``.
+
+    The union of the pretrain parts of :data:`BASE_DOMAINS` (wikipedia, books, reddit, imdb, news, irc;
+    in that order, each in reader order: deterministic), minus every document that near-duplicates
+    an evaluation text (:func:`evaluation_shingles`: every domain's valid and test parts, WikiText-2
+    valid/test, LAMBADA dev/test, GUM and LitBank dev/test, PTB valid/test). Drop rule, with
+    :data:`BASE_DROP_FRACTION` = 10%: a pretrain document goes when it contains 10% or more of the
+    distinct shingles of one evaluation document (a copy, an edited copy, a book chunk holding a
+    LitBank excerpt), or when 10% or more of its own shingles occur in evaluation texts (pieces of
+    several). 10%, not the leak test's 50%: an evaluation document must not be half in the stream even
+    when its pieces are spread over several training documents. Which documents were dropped and why:
+    :func:`base_training_manifest`. Not shuffled: the consumer mixes domains as it needs.
+    """
+    manifest = base_training_manifest()
+    for domain in BASE_DOMAINS:
+        dropped = manifest["domains"][domain]["dropped"]
+        for _, key, document in _iter_parts(domain, {"pretrain"}):
+            if key not in dropped:
+                yield domain, key, document
+
+
+__all__ = ["BASE_DOMAINS", "DOMAINS", "PARTS", "SHUFFLED_DOMAINS", "DomainSpec", "DomainTable", "Split",
+           "SplitTargets", "assign_split", "base_training_documents", "base_training_manifest",
+           "build_all_splits", "build_split", "build_token_cache", "document_key", "document_sentences",
+           "domain_shingles", "evaluation_shingles", "iter_domain_documents", "iter_split_sentences",
+           "load_split", "part_shingles", "read_domain", "split_counts", "split_documents", "split_path",
+           "split_table", "split_tokens", "token_file", "wikitext_eval_titles"]
