@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from lmstudy.data.dedup import (
-    SHINGLE_WORDS, ShingleHasher, ShingleSets, coverage, near_duplicate_clusters, near_duplicate_pairs,
+    SHINGLE_WORDS, ShingleHasher, ShingleSets, contained, coverage, near_duplicate_clusters, near_duplicate_pairs,
     shared_shingle_counts, shingle_words,
 )
 
@@ -107,3 +107,11 @@ def test_link_threshold_is_a_fraction_of_the_smaller_document():
     slight = " ".join(words[:22] + random_text(9, 178).split())
     sets = ShingleSets.from_texts([("long", long_text), ("slight", slight)])
     assert len(near_duplicate_pairs(sets)[0]) == 0
+
+
+def test_contained_sorts_either_side():
+    values = np.array([5, 3, 5, 9, 1, 3], dtype=np.uint64)
+    expected = [True, True, True, False, False, True]
+    for reference in ([3, 5], [5, 3, 5, 7, 8, 11, 3, 12, 20, 0]):  # shorter and longer than values
+        assert contained(values, np.array(reference, dtype=np.uint64)).tolist() == expected
+    assert contained(values, np.zeros(0, dtype=np.uint64)).tolist() == [False] * 6

@@ -2,20 +2,36 @@
 
 Welch et al. (2020, appendix C.3) split each in-domain corpus by document: shuffle the documents,
 then "add articles until we have just gone past the number of tokens" of each PTB-sized split; the
-rest is the (disjoint, much larger) pretraining data for the embeddings. We do the same:
+rest is the (disjoint, much larger) pretraining data for the embeddings. We do the same, with
+near-duplicates kept together (split format 2, :data:`FORMAT_VERSION`):
 
 1. Read every document of the domain's corpora (``DOMAINS``), normalise it with
-   :func:`lmstudy.text.normalise_ptb` and count its tokens, one ``<eos>`` per sentence included.
+   :func:`lmstudy.text.normalise_ptb` and count its tokens, one ``<eos>`` per sentence included;
+   take the 13-word shingles of its raw text (:mod:`lmstudy.data.dedup`).
 2. Drop what must not be split: for Wikipedia the articles whose title is a WikiText-2 valid/test
    article (the leakage guard, :func:`wikitext_eval_titles`), in every domain the exact duplicates
-   (same text, whitespace aside, as a document with a smaller key: Reuters has ~2,000 "Blah blah
-   blah." bodies, BBC ~100 repeated articles) and documents left empty by normalisation.
-3. Shuffle the sorted document keys with ``random.Random(seed)``; walk them filling valid, then
-   test, then train, each until its token count first reaches its target (:class:`SplitTargets`:
-   PTB's valid 70,390 / test 78,669 / train 887,521). Everything left is ``pretrain``.
-4. Save ``lmstudy/data/splits/<domain>.json``: seed, targets, the sources, the keys of train / valid /
-   test, the dropped keys with the reason, and the token and document counts of all four parts.
-   Pretrain is "every other kept document", so it is not listed.
+   (the same words, lower-cased ``\\w+`` tokens of the raw text, as a document with a smaller key: so
+   case, quotes and punctuation aside; Reuters has ~2,000 "Blah blah blah." bodies, BBC ~100
+   repeated articles) and documents left empty by normalisation. Every dropped key is recorded with
+   its reason.
+3. Cluster the kept documents: two documents are linked when they share at least 20% of the
+   smaller one's distinct shingles (:func:`lmstudy.data.dedup.near_duplicate_pairs`: edited copies,
+   quoting posts, templated stubs), and in a domain with ``unit_meta`` the documents of one unit are
+   linked too (IRC: the 50-message windows of one log, whose overlapping samples share text);
+   clusters are the connected components. The split file records the parameters and cluster
+   statistics (``dedup``).
+4. Shuffle the clusters (each listing its keys in sorted order; clusters in the order of their first
+   key) with ``random.Random(seed)``; walk them filling valid, then test, then train, each until
+   its token count first reaches its target (:class:`SplitTargets`: PTB's valid 70,390 / test
+   78,669 / train 887,521). A cluster goes whole into one part; one larger than half the target of
+   the part being filled (:data:`MAX_CLUSTER_FRACTION`: Wikipedia's templated stubs, 53 IRC logs
+   chained through short last windows that are one third bot factoids) goes to pretrain instead. Everything left is ``pretrain``. With no
+   near-duplicates (books) this is exactly the v1 shuffle of documents.
+5. Save ``lmstudy/data/splits/<domain>.json``: format, seed, targets, the sources, the keys of train /
+   valid / test, the dropped keys with the reason, the dedup parameters and cluster statistics, and
+   the token and document counts of all four parts. Pretrain is "every other kept document", so it
+   is not listed. Files of an older format are rejected with the command that rebuilds them;
+   results computed on v1 splits are labelled "split v1" in the README.
 
 A document key is ``"<corpus>:<doc_id>"`` (the ``news`` domain mixes two corpora). Two domains differ:
 
@@ -24,7 +40,7 @@ A document key is ``"<corpus>:<doc_id>"`` (the ``news`` domain mixes two corpora
   Mikolov's exact tokens. Its pretraining data is the ``news`` domain's pretraining split, as Welch
   et al. pretrained PTB embeddings on news (Gigaword). The JSON stores the official parts, no keys.
 - ``books`` (LitBank novels) are cut into ~2,000-word chunks first (a novel is larger than the valid
-  target), so chunks of one novel can fall into different splits.
+  target), so chunks of one novel can fall into different splits (they share no text).
 
 Reading a split: :func:`load_split` (the JSON), :func:`split_documents` (streams the Documents of a
 part), :func:`split_tokens` / :func:`iter_split_sentences` / :func:`split_counts` (normalised tokens). The
@@ -32,6 +48,12 @@ tokens come from a cache, ``runs_dir()/cache/tokens/<domain>.<part>.txt``, one s
 ``ptb.train.txt``, written in one pass over the corpus the first time any part of the domain is asked
 for (a few minutes for the largest domains) and rebuilt when the split file or the normalisation
 version changes (recorded in a ``.json`` beside each file).
+
+Shingles and the base model's stream: :func:`domain_shingles` (every document's shingle set, cached
+in ``runs_dir()/cache/shingles/`` and written by :func:`build_split`), :func:`evaluation_shingles`
+(every evaluation text), :func:`base_training_documents` (the pretrain parts minus whatever
+near-duplicates an evaluation text; the shared base model trains on it) and
+:func:`base_training_manifest` (what it drops and why). ``tests/test_leakage.py`` checks both.
 """
 
 from __future__ import annotations
@@ -777,7 +799,7 @@ def base_training_manifest() -> dict:
     return manifest
 
 
-def base_training_documents() -> Iterator[tuple[str, str, Document]]:
+def base_training_documents(domains: Iterable[str] = ()) -> Iterator[tuple[str, str, Document]]:
     """The raw documents the shared base model may train on, as ``(domain, key, Document)``.
 
     The union of the pretrain parts of :data:`BASE_DOMAINS` (wikipedia, books, reddit, imdb, news, irc;
@@ -792,7 +814,7 @@ def base_training_documents() -> Iterator[tuple[str, str, Document]]:
     :func:`base_training_manifest`. Not shuffled: the consumer mixes domains as it needs.
     """
     manifest = base_training_manifest()
-    for domain in BASE_DOMAINS:
+    for domain in domains or BASE_DOMAINS:  # one domain at a time: the base's data takes a share of each
         dropped = manifest["domains"][domain]["dropped"]
         for _, key, document in _iter_parts(domain, {"pretrain"}):
             if key not in dropped:
