@@ -17,7 +17,7 @@ near-duplicates kept together (split format 2, :data:`FORMAT_VERSION`):
 3. Cluster the kept documents: two documents are linked when they share at least 20% of the
    smaller one's distinct shingles (:func:`lmstudy.data.dedup.near_duplicate_pairs`: edited copies,
    quoting posts, templated stubs), and in a domain with ``unit_meta`` the documents of one unit are
-   linked too (IRC: the 50-message windows of one log, whose overlapping samples share text);
+   linked too (IRC: the 50-message windows of one log: its conversations run across windows);
    clusters are the connected components. The split file records the parameters and cluster
    statistics (``dedup``).
 4. Shuffle the clusters (each listing its keys in sorted order; clusters in the order of their first
@@ -25,8 +25,9 @@ near-duplicates kept together (split format 2, :data:`FORMAT_VERSION`):
    its token count first reaches its target (:class:`SplitTargets`: PTB's valid 70,390 / test
    78,669 / train 887,521). A cluster goes whole into one part; one larger than half the target of
    the part being filled (:data:`MAX_CLUSTER_FRACTION`: Wikipedia's templated stubs, 53 IRC logs
-   chained through short last windows that are one third bot factoids) goes to pretrain instead. Everything left is ``pretrain``. With no
-   near-duplicates (books) this is exactly the v1 shuffle of documents.
+   chained through short last windows that are one third bot factoids) goes to pretrain instead.
+   Everything left is ``pretrain``. With no near-duplicates (books) this is exactly the v1 shuffle
+   of documents.
 5. Save ``lmstudy/data/splits/<domain>.json``: format, seed, targets, the sources, the keys of train /
    valid / test, the dropped keys with the reason, the dedup parameters and cluster statistics, and
    the token and document counts of all four parts. Pretrain is "every other kept document", so it
@@ -431,7 +432,8 @@ def build_split(domain: str, seed: int = 0, targets: SplitTargets = SplitTargets
     split = split_table(domain, table, seed, targets)
     if save and limit is None:
         atomic_write_text(split_path(domain), split.to_json())
-        _save_shingles(domain, table.shingles, _domain_shingle_stamp(domain))  # reused by the leak test and the base stream
+        # the leak test and the base stream reuse them
+        _save_shingles(domain, table.shingles, _domain_shingle_stamp(domain))
     return split
 
 
