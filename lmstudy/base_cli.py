@@ -33,19 +33,18 @@ def _final(args):
 
 
 def _sweep_command(args) -> int:
-    from lmstudy.base import STUDY, choose_size, plot_sweep, run_sweep
+    from lmstudy.base import choose_size, plot_sweep, run_sweep
     from lmstudy.paths import figures_dir
-    from lmstudy.scales import preset
 
     curves, summary = run_sweep(args.scale)
     chosen = choose_size(summary)
     folder = figures_dir(args.scale)
     summary.assign(chosen=summary["size"] == chosen["size"]).to_csv(folder / "base_sweep.csv", index=False)
     curves.to_csv(folder / "base_sweep_curves.csv", index=False)
-    plot_sweep(curves, summary, preset(STUDY, args.scale)["compute"], chosen["size"]).savefig(folder / "base_sweep.png", dpi=120)
+    plot_sweep(curves, summary, chosen["size"]).savefig(folder / "base_sweep.png", dpi=120)
     print(summary.to_string(index=False))
-    print(f"chosen: {chosen['size']} (lowest extrapolated validation loss among sizes that fit the 40 MB budget); "
-          f"figures in {folder}/base_sweep.*")
+    print(f"chosen: {chosen['size']} ({chosen['final_tokens_per_parameter']:.1f} tokens per parameter at the final "
+          f"compute, the nearest to 20 among the sizes that fit the 40 MB budget); figures in {folder}/base_sweep.*")
     return 0
 
 

@@ -61,8 +61,9 @@ Decisions:
   all ranks make the same number of steps); every rank evaluates on the full validation data;
   only the main process writes logs and checkpoints. Exact resume is guaranteed on one process.
 
-Log records (``log.jsonl``, one JSON object a line): ``{"kind": "train", "step", "epoch", "lr",
-"loss", "grad_norm", **extras}`` every ``log_every`` steps and ``{"kind": "eval", "step", "epoch",
+Log records (``log.jsonl``, one JSON object a line): ``{"kind": "train", "step", "epoch", "train_s",
+"lr", "loss", "grad_norm", **extras}`` every ``log_every`` steps (``train_s``: seconds spent in ``train()``
+up to that step, summed over resumes) and ``{"kind": "eval", "step", "epoch",
 **metrics}`` at each evaluation.
 """
 
@@ -78,6 +79,7 @@ import os
 import random
 import shutil
 import tempfile
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Iterator
@@ -165,6 +167,7 @@ class TrainState:
     last_metrics: dict = field(default_factory=dict)
     history: list[dict] = field(default_factory=list)  # {"step": ..., **metrics} per evaluation
     stopped_early: bool = False
+    train_seconds: float = 0.0  # wall-clock time inside train() up to ``step``, summed over resumes
 
 
 class TrainTask:
@@ -566,6 +569,7 @@ def train(model: torch.nn.Module, task: TrainTask, config: TrainConfig, run: Run
             _save_checkpoint(run, unwrapped, _unwrap_optimizer(optimizer), state, config, carry)
         saved_at = state.step
 
+    clock = time.monotonic() - state.train_seconds  # time already spent before a resume counts too
     progress = tqdm(total=config.max_steps, initial=state.step, desc=f"{run.study}/{run.hash}",
                     **({} if main else {"disable": True}))
     try:
@@ -586,10 +590,12 @@ def train(model: torch.nn.Module, task: TrainTask, config: TrainConfig, run: Run
                 optimizer.zero_grad(set_to_none=True)
                 state.step += 1
                 state.batch_in_epoch += 1
+                state.train_seconds = time.monotonic() - clock
                 progress.update(1)
 
                 if state.step % config.log_every == 0:  # .item() syncs with the GPU: only here
-                    record = {"kind": "train", "step": state.step, "epoch": state.epoch, "lr": lr,
+                    record = {"kind": "train", "step": state.step, "epoch": state.epoch,
+                              "train_s": state.train_seconds, "lr": lr,
                               "loss": loss.item(),
                               "grad_norm": None if grad_norm is None else float(grad_norm)}
                     record.update({k: float(v) for k, v in extras.items()})

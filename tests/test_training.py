@@ -57,9 +57,12 @@ def assert_same_metrics(a: dict, b: dict, tol: float = 1e-6) -> None:
 
 
 def assert_same_logs(a: list[dict], b: list[dict]) -> None:
+    """Same records, wall-clock time (``train_s``) aside."""
     assert len(a) == len(b) and len(a) > 0
     for record_a, record_b in zip(a, b):
-        assert_same_metrics(record_a, record_b)
+        assert (record_a.get("kind") == "train") == ("train_s" in record_a)
+        assert_same_metrics({k: v for k, v in record_a.items() if k != "train_s"},
+                            {k: v for k, v in record_b.items() if k != "train_s"})
 
 
 def assert_no_duplicate_steps(records: list[dict]) -> None:
@@ -417,3 +420,17 @@ def test_keep_checkpoints_survive_later_checkpoints(tmp_path, monkeypatch):
     assert kept_checkpoint(run, 3).name == "step-000000003"
     with pytest.raises(FileNotFoundError, match="no checkpoint at step 4"):
         kept_checkpoint(run, 4)
+
+
+def test_train_seconds_add_up_over_a_resume(tmp_path):
+    """``train_s`` in the log grows step by step and keeps counting after a resume."""
+    config = TrainConfig(max_steps=20, checkpoint_every=10, log_every=5)
+    run = get_run("timed", {"train": config})
+    with pytest.raises(KeyboardInterrupt):
+        train(tiny_gpt2(), CountingTask(tiny_lm_task(), crash_at_call=13), config, run)
+    before = [r["train_s"] for r in read_log_records(run.log_path) if r["kind"] == "train"]
+    train(tiny_gpt2(), tiny_lm_task(), config, run)
+    seconds = [r["train_s"] for r in read_log_records(run.log_path) if r["kind"] == "train"]
+    assert len(seconds) == 4 and seconds == sorted(seconds) and seconds[0] > 0
+    assert seconds[:2] == before[:2]  # steps 5 and 10 come from the first process, kept by the checkpoint
+    assert seconds[2] > seconds[1]  # the resumed process starts from the checkpoint's time, not zero
