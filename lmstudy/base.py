@@ -490,11 +490,12 @@ pipeline_tag: text-generation
 tags: [gpt2, lmstudy]
 ---
 
-# {record['name']}: the lmstudy shared base, {record['fraction']:.0%} of its training tokens
+# {record['name']}: the lmstudy shared base at {record['fraction']:.0%} of its training tokens
 
 A GPT-2 ({m['n_layer']} layers, {m['n_head']} heads, width {m['n_embd']}, context {m['seq_len']}; {record['parameters']:,}
 parameters with tied embeddings) with a {data['vocab_size']:,}-id byte-level BPE, trained from scratch by
-`python -m lmstudy base train --scale {record['scale']}` (lmstudy's `lmstudy/base.py`). Weights are float16 safetensors.
+`python -m lmstudy base train --scale {record['scale']}` (`lmstudy/base.py`) and exported by
+`python -m lmstudy base export --scale {record['scale']}`. Weights are float16 safetensors; load them as float32 on a CPU:
 
 ```python
 from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -503,13 +504,15 @@ tokenizer = AutoTokenizer.from_pretrained("{record['path']}")
 ```
 
 ## Training
-- Step {record['step']:,} of {record['max_steps']:,}: {record['tokens']:,} tokens ({record['tokens'] / 1e6:.1f}M),
-  {record['train_flops']:.3g} training FLOPs; batch {record['config']['batch_size']} x {m['seq_len']} tokens, AdamW (0.9, 0.95),
-  weight decay {record['config']['weight_decay']}, peak learning rate {record['config']['lr']}, warm-up then cosine decay to a tenth.
-- Time: {record['train_wall_s'] / 3600:.2f} h for the whole run ({record['torch_threads']} torch threads, 2-core CPU).
+- Step {record['step']:,} of the run's {record['max_steps']:,}: {record['tokens']:,} tokens ({record['tokens'] / 1e6:.1f}M),
+  {record['train_flops']:.3g} training FLOPs; batches of {record['config']['batch_size']} random windows of {m['seq_len']}
+  tokens, AdamW (0.9, 0.95), weight decay {record['config']['weight_decay']}, peak learning rate {record['config']['lr']},
+  linear warm-up then cosine decay to a tenth over the whole run (so this checkpoint's learning rate had not decayed
+  fully unless it is the last).
+- Time: about {record['train_s'] / 3600:.2f} h of training to this step on the 2-core CPU (2 torch threads, torch.compile).
 - Data: the pretraining parts of our document-level splits (raw text, every document followed by `<|endoftext|>`),
-  {data['train_tokens']:,} tokens in all, minus every document that near-duplicates an evaluation text (WikiText-2,
-  LAMBADA, GUM/LitBank dev/test, every domain's valid/test). The model saw each token at most once.
+  minus every document that near-duplicates an evaluation text (WikiText-2, LAMBADA, GUM/LitBank dev/test, every
+  domain's valid/test): {data['train_tokens']:,} tokens; the windows are drawn uniformly from all of it.
 
 | domain | documents | MB of text |
 |---|---:|---:|
@@ -521,19 +524,28 @@ tokenizer = AutoTokenizer.from_pretrained("{record['path']}")
 """
 
 
+def _train_seconds_at(log: list[dict], step: int) -> float:
+    """Training seconds up to ``step``, from the log's ``train_s`` (scaled from the last record before it)."""
+    before = [r for r in log if r.get("kind") == "train" and "train_s" in r and r["step"] <= step]
+    if not before:
+        return float("nan")
+    return before[-1]["train_s"] * step / before[-1]["step"]
+
+
 def export_base(config: BaseConfig, dest: Path, scale: str, evaluate=None) -> list[Path]:
-    """Step 4: one Hugging Face folder per kept checkpoint under ``dest`` (module docstring).
+    """Step 4: one Hugging Face folder per kept checkpoint under ``dest`` (module docstring). Works on
+    a run still training too: the checkpoints it has reached are exported.
 
     ``evaluate(model, tokenizer) -> (metrics dict, markdown table)`` fills the card's protocol section.
     """
     run = base_run(config)
-    if not run.done:
-        raise FileNotFoundError(f"the base run {run.path} is not finished: python -m lmstudy base train --scale {scale}")
-    metrics = run.metrics
     data = prepare_data(config.data).metrics
     log = read_log_records(run.log_path)
+    flops = flops_per_token(config.model, data["vocab_size"])
     paths = []
     for fraction, step in config.kept_steps().items():
+        if not (run.checkpoint_dir / f"step-{step:09d}" / "state.json").is_file():
+            continue
         model, tokenizer = load_checkpoint_model(config, fraction)
         path = Path(dest) / checkpoint_name(fraction)
         protocol, table = evaluate(model, tokenizer) if evaluate else ({}, "(not evaluated)")
@@ -543,15 +555,17 @@ def export_base(config: BaseConfig, dest: Path, scale: str, evaluate=None) -> li
         tokens = step * config.tokens_per_step
         record = {
             "name": path.name, "path": str(path), "scale": scale, "fraction": fraction, "step": step,
-            "max_steps": config.max_steps, "tokens": tokens, "train_flops": tokens * metrics["flops_per_token"],
-            "parameters": metrics["parameters"], "train_wall_s": metrics["train_wall_s"],
-            "torch_threads": metrics["torch_threads"], "config": run_config(config), "data": data,
-            "protocol": protocol, "run_metrics": metrics,
+            "max_steps": config.max_steps, "tokens": tokens, "train_flops": tokens * flops,
+            "parameters": sum(p.numel() for p in model.parameters()), "train_s": _train_seconds_at(log, step),
+            "config": run_config(config), "run": f"{run.study}/{run.hash}", "data": data, "protocol": protocol,
             "log": [r for r in log if r.get("step", 0) <= step],
         }
         atomic_write_json(path / RUN_RECORD, record)
         (path / "README.md").write_text(model_card(record, table), encoding="utf-8")
         paths.append(path)
+    if not paths:
+        raise FileNotFoundError(f"the base run {run.path} has reached no kept checkpoint yet "
+                                f"(steps {sorted(config.kept_steps().values())}): python -m lmstudy base train --scale {scale}")
     return paths
 
 
