@@ -532,9 +532,18 @@ def _train_seconds_at(log: list[dict], step: int) -> float:
     return before[-1]["train_s"] * step / before[-1]["step"]
 
 
-def export_base(config: BaseConfig, dest: Path, scale: str, evaluate=None) -> list[Path]:
+def _exported(path: Path, run_id: str, step: int) -> bool:
+    record_path = path / RUN_RECORD
+    if not record_path.is_file():
+        return False
+    record = json.loads(record_path.read_text(encoding="utf-8"))
+    return record.get("run") == run_id and record.get("step") == step
+
+
+def export_base(config: BaseConfig, dest: Path, scale: str, evaluate=None, force: bool = False) -> list[Path]:
     """Step 4: one Hugging Face folder per kept checkpoint under ``dest`` (module docstring). Works on
-    a run still training too: the checkpoints it has reached are exported.
+    a run still training too: the checkpoints it has reached are exported. A folder already exported
+    from the same run and step is left as it is unless ``force``.
 
     ``evaluate(model, tokenizer) -> (metrics dict, markdown table)`` fills the card's protocol section.
     """
@@ -546,8 +555,11 @@ def export_base(config: BaseConfig, dest: Path, scale: str, evaluate=None) -> li
     for fraction, step in config.kept_steps().items():
         if not (run.checkpoint_dir / f"step-{step:09d}" / "state.json").is_file():
             continue
-        model, tokenizer = load_checkpoint_model(config, fraction)
         path = Path(dest) / checkpoint_name(fraction)
+        if not force and _exported(path, f"{run.study}/{run.hash}", step):
+            paths.append(path)  # already exported from this very checkpoint: nothing to redo
+            continue
+        model, tokenizer = load_checkpoint_model(config, fraction)
         protocol, table = evaluate(model, tokenizer) if evaluate else ({}, "(not evaluated)")
         path.mkdir(parents=True, exist_ok=True)
         model.to(torch.float16).save_pretrained(str(path))

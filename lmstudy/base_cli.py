@@ -65,7 +65,8 @@ def _export_command(args) -> int:
 
     config = _final(args)
     evaluate = None if args.no_eval else _protocol_for_card(args)
-    paths = export_base(config, Path(args.dest) if args.dest else models_dir(args.scale), args.scale, evaluate)
+    paths = export_base(config, Path(args.dest) if args.dest else models_dir(args.scale), args.scale, evaluate,
+                        force=args.force)
     plot_loss_curve(config).savefig(figures_dir(args.scale) / "base_loss.png", dpi=120)
     for path in paths:
         print(f"exported {path}")
@@ -105,6 +106,8 @@ def register(subparsers) -> None:
         if name == "export":
             command.add_argument("--dest", default=None, help="folder for the model folders (default: models/)")
             command.add_argument("--no-eval", action="store_true", help="skip the evaluation protocol in the cards")
+            command.add_argument("--force", action="store_true",
+                                 help="export again folders already exported from the same checkpoint")
             command.add_argument("--domain-docs", type=int, default=50, help="test documents per domain (default 50)")
             command.add_argument("--lambada", type=int, default=0, help="LAMBADA passages (default 0 = all 5,153)")
         command.set_defaults(handler=handler)

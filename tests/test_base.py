@@ -98,6 +98,9 @@ def test_smoke_base_trains_exports_and_loads_with_the_auto_classes(tmp_path, mon
 
     paths = base.export_base(config, tmp_path / "models", "smoke")
     assert [p.name for p in paths] == ["base-10pct", "base-30pct", "base"]
+    stamps = [(p / "model.safetensors").stat().st_mtime_ns for p in paths]
+    assert base.export_base(config, tmp_path / "models", "smoke") == paths  # already exported: left alone
+    assert [(p / "model.safetensors").stat().st_mtime_ns for p in paths] == stamps
     final_weights = base.load_checkpoint_model(config, 1.0)[0].state_dict()
     for path, fraction in zip(paths, config.checkpoint_fractions):
         record = json.loads((path / base.RUN_RECORD).read_text())
@@ -112,3 +115,32 @@ def test_smoke_base_trains_exports_and_loads_with_the_auto_classes(tmp_path, mon
             for name, tensor in model.state_dict().items():
                 if name in final_weights:
                     assert torch.equal(tensor, final_weights[name].half().float()), name
+
+
+def shipped_base_folders():
+    from lmstudy.paths import REPO_ROOT
+
+    return sorted((REPO_ROOT / "models").glob("base*"))
+
+
+def test_shipped_base_folders_load_with_the_auto_classes_and_generate():
+    """The committed base checkpoints (models/base*): Hugging Face folders that AutoModelForCausalLM and
+    AutoTokenizer load offline, that generate, with a model card and the run record; 40 MB at most in all."""
+    folders = shipped_base_folders()
+    assert folders, "no models/base* folder: python -m lmstudy base export --scale cpu"
+    total = 0
+    for path in folders:
+        total += sum(f.stat().st_size for f in path.iterdir() if f.is_file())
+        record = json.loads((path / base.RUN_RECORD).read_text())
+        assert record["name"] == path.name and record["scale"] == "cpu"
+        assert "lmstudy shared base" in (path / "README.md").read_text()
+        model = AutoModelForCausalLM.from_pretrained(str(path), dtype=torch.float32, local_files_only=True)
+        tokenizer = AutoTokenizer.from_pretrained(str(path), local_files_only=True)
+        assert sum(p.numel() for p in model.parameters()) == record["parameters"]
+        prompt = tokenizer("The history of the city", return_tensors="pt")
+        out = model.generate(**prompt, max_new_tokens=8, do_sample=False, pad_token_id=tokenizer.eos_token_id)
+        assert out.shape[1] == prompt["input_ids"].shape[1] + 8
+        # Greedy generation is the arg-max of the model's own logits, step by step.
+        logits = model(input_ids=out[:, :-1]).logits
+        assert torch.equal(logits[0, prompt["input_ids"].shape[1] - 1:].argmax(-1), out[0, prompt["input_ids"].shape[1]:])
+    assert total <= 40e6, f"the shipped base folders weigh {total / 1e6:.1f} MB, more than 40 MB"
