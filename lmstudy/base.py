@@ -39,7 +39,6 @@ from __future__ import annotations
 
 import json
 import tempfile
-import time
 import zlib
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field, replace
@@ -311,11 +310,12 @@ def train_base(config: BaseConfig) -> dict:
             model.compile()  # ~10-40% more tokens/s on the CPU (figures/base_throughput.csv)
         task = LMTask(train_ids, valid_ids, batch_size=config.batch_size, seq_len=config.model.seq_len,
                       eval_batch_size=2 * config.batch_size, seed=config.seed)
-        start = time.monotonic()
         metrics = train(model, task, config.train_config(), run)
         flops = flops_per_token(config.model, len(tokenizer))
         return {
-            **metrics, "train_wall_s": time.monotonic() - start, "torch_threads": torch.get_num_threads(),
+            # Time from the log: a run resumed in another session counts its earlier sessions too.
+            **metrics, "train_wall_s": _train_seconds_at(read_log_records(run.log_path), metrics["steps"]),
+            "torch_threads": torch.get_num_threads(),
             "parameters": sum(p.numel() for p in model.parameters()),
             "non_embedding_parameters": non_embedding_parameters(config.model),
             "flops_per_token": flops, "tokens": metrics["steps"] * config.tokens_per_step,
