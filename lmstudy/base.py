@@ -478,9 +478,18 @@ def load_checkpoint_model(config: BaseConfig, fraction: float) -> tuple[GPT2LMHe
     return model.eval(), tokenizer
 
 
-def model_card(record: dict, protocol_markdown: str) -> str:
-    """The folder's README.md: what the model is, its data, compute and the evaluation protocol's numbers."""
+def model_card(record: dict) -> str:
+    """The folder's README.md: what the model is, its data, compute and the evaluation protocol's numbers
+    (all from the folder's run record)."""
     m, data = record["config"]["model"], record["data"]
+    if record["protocol"]:
+        import pandas as pd
+
+        from lmstudy.evaluation import format_table
+
+        protocol_markdown = "```\n" + format_table(pd.DataFrame(record["protocol"])) + "\n```"
+    else:
+        protocol_markdown = "(not evaluated)"
     per_domain = "\n".join(
         f"| {domain} | {info['documents']:,} | {info['bytes'] / 1e6:,.1f} |" for domain, info in data["documents"].items()
     )
@@ -532,6 +541,14 @@ def _train_seconds_at(log: list[dict], step: int) -> float:
     return before[-1]["train_s"] * step / before[-1]["step"]
 
 
+def _shown_path(path: Path) -> str:
+    """``models/base`` for a folder inside the checkout (the card's commands run from its root)."""
+    from lmstudy.paths import REPO_ROOT
+
+    path = Path(path).resolve()
+    return str(path.relative_to(REPO_ROOT)) if path.is_relative_to(REPO_ROOT) else str(path)
+
+
 def _exported(path: Path, run_id: str, step: int) -> bool:
     record_path = path / RUN_RECORD
     if not record_path.is_file():
@@ -545,7 +562,7 @@ def export_base(config: BaseConfig, dest: Path, scale: str, evaluate=None, force
     a run still training too: the checkpoints it has reached are exported. A folder already exported
     from the same run and step is left as it is unless ``force``.
 
-    ``evaluate(model, tokenizer) -> (metrics dict, markdown table)`` fills the card's protocol section.
+    ``evaluate(model, tokenizer) -> rows`` (the protocol's table as records) fills the card's protocol section.
     """
     run = base_run(config)
     data = prepare_data(config.data).metrics
@@ -556,24 +573,25 @@ def export_base(config: BaseConfig, dest: Path, scale: str, evaluate=None, force
         if not (run.checkpoint_dir / f"step-{step:09d}" / "state.json").is_file():
             continue
         path = Path(dest) / checkpoint_name(fraction)
-        if not force and _exported(path, f"{run.study}/{run.hash}", step):
-            paths.append(path)  # already exported from this very checkpoint: nothing to redo
-            continue
-        model, tokenizer = load_checkpoint_model(config, fraction)
-        protocol, table = evaluate(model, tokenizer) if evaluate else ({}, "(not evaluated)")
-        path.mkdir(parents=True, exist_ok=True)
-        model.to(torch.float16).save_pretrained(str(path))
-        tokenizer.save_pretrained(str(path))
-        tokens = step * config.tokens_per_step
-        record = {
-            "name": path.name, "path": str(path), "scale": scale, "fraction": fraction, "step": step,
-            "max_steps": config.max_steps, "tokens": tokens, "train_flops": tokens * flops,
-            "parameters": sum(p.numel() for p in model.parameters()), "train_s": _train_seconds_at(log, step),
-            "config": run_config(config), "run": f"{run.study}/{run.hash}", "data": data, "protocol": protocol,
-            "log": [r for r in log if r.get("step", 0) <= step],
-        }
-        atomic_write_json(path / RUN_RECORD, record)
-        (path / "README.md").write_text(model_card(record, table), encoding="utf-8")
+        if force or not _exported(path, f"{run.study}/{run.hash}", step):
+            model, tokenizer = load_checkpoint_model(config, fraction)
+            protocol = evaluate(model, tokenizer) if evaluate else []
+            path.mkdir(parents=True, exist_ok=True)
+            model.to(torch.float16).save_pretrained(str(path))
+            tokenizer.save_pretrained(str(path))
+            tokens = step * config.tokens_per_step
+            record = {
+                "name": path.name, "path": _shown_path(path), "scale": scale, "fraction": fraction, "step": step,
+                "max_steps": config.max_steps, "tokens": tokens, "train_flops": tokens * flops,
+                "parameters": sum(p.numel() for p in model.parameters()), "train_s": _train_seconds_at(log, step),
+                "config": run_config(config), "run": f"{run.study}/{run.hash}", "data": data,
+                "protocol": protocol, "log": [r for r in log if r.get("step", 0) <= step],
+            }
+            atomic_write_json(path / RUN_RECORD, record)
+        # The card is always written anew from the record: cheap, and a changed card text reaches every folder.
+        record = json.loads((path / RUN_RECORD).read_text(encoding="utf-8"))
+        record["path"] = _shown_path(path)
+        (path / "README.md").write_text(model_card(record), encoding="utf-8")
         paths.append(path)
     if not paths:
         raise FileNotFoundError(f"the base run {run.path} has reached no kept checkpoint yet "

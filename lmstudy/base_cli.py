@@ -76,12 +76,12 @@ def _export_command(args) -> int:
 def _protocol_for_card(args):
     """The evaluation protocol (lmstudy.evaluation) as the export's ``evaluate``: full WikiText-2 test, all
     LAMBADA passages, ``--domain-docs`` test documents of each domain."""
-    from lmstudy.evaluation import EvalConfig, evaluate_model, format_table
+    from lmstudy.evaluation import EvalConfig, evaluate_model
 
     def evaluate(model, tokenizer):
         table = evaluate_model(model, tokenizer, EvalConfig(domain_documents=args.domain_docs,
                                                             lambada_examples=args.lambada))
-        return table.to_dict("records"), "```\n" + format_table(table) + "\n```"
+        return table.to_dict("records")
 
     return evaluate
 
