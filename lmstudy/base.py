@@ -485,9 +485,10 @@ def model_card(record: dict) -> str:
     if record["protocol"]:
         import pandas as pd
 
-        from lmstudy.evaluation import format_table
+        from lmstudy.evaluation import ROW_COLUMNS, format_table
 
-        protocol_markdown = "```\n" + format_table(pd.DataFrame(record["protocol"])) + "\n```"
+        table = pd.DataFrame(record["protocol"]).reindex(columns=ROW_COLUMNS)  # JSON sorted the keys
+        protocol_markdown = "```\n" + format_table(table) + "\n```"
     else:
         protocol_markdown = "(not evaluated)"
     per_domain = "\n".join(
