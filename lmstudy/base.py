@@ -248,6 +248,15 @@ def _write_data(run: Run, config: BaseDataConfig, tokenizer=None) -> dict:
             "vocab_size": len(tokenizer)}
 
 
+def finished_data_run(config: BaseDataConfig) -> Run:
+    """The data run of ``config`` for its tokenizer and counts, which need no streams (an archived data
+    run has none): an error if it was never built."""
+    run = get_run(DATA_STUDY, asdict(config))
+    if not run.done:
+        raise FileNotFoundError(f"the base data {run.path} was never built: python -m lmstudy base train")
+    return run
+
+
 def load_stream(path: Path) -> torch.Tensor:
     """A uint16 token file as an int64 tensor (LMTask's targets must be int64)."""
     return torch.from_numpy(np.fromfile(path, dtype=np.uint16).astype(np.int64))
@@ -298,11 +307,12 @@ def base_run(config: BaseConfig) -> Run:
 
 
 def train_base(config: BaseConfig) -> dict:
-    """Step 2 (cached, resumable): train the base; returns its metrics (val loss, tokens, FLOPs, time)."""
-    data_run = prepare_data(config.data)
-    tokenizer = load_tokenizer(data_run.path / "tokenizer")
+    """Step 2 (cached, resumable): train the base; returns its metrics (val loss, tokens, FLOPs, time).
+    A finished run needs no data: its metrics come back without the streams being rebuilt."""
 
     def fit(run: Run) -> dict:
+        data_run = prepare_data(config.data)
+        tokenizer = load_tokenizer(data_run.path / "tokenizer")
         train_ids = load_stream(data_run.path / "train.bin")
         valid_ids = load_stream(data_run.path / "valid.bin")
         model = build_model(config, tokenizer)
@@ -329,8 +339,7 @@ def train_base(config: BaseConfig) -> dict:
 def validation_curve(config: BaseConfig) -> list[dict]:
     """The run's evaluations: step, tokens, FLOPs, val_loss (for the loss curve and the sweep)."""
     run = base_run(config)
-    data_run = prepare_data(config.data)
-    vocab = data_run.metrics["vocab_size"]
+    vocab = finished_data_run(config.data).metrics["vocab_size"]
     flops = flops_per_token(config.model, vocab)
     rows = []
     for record in read_log_records(run.log_path):
@@ -471,7 +480,7 @@ def load_checkpoint_model(config: BaseConfig, fraction: float) -> tuple[GPT2LMHe
     """The base model at the kept checkpoint ``fraction`` of ``config``'s run (float32) and its tokenizer."""
     from safetensors.torch import load_model
 
-    tokenizer = load_tokenizer(prepare_data(config.data).path / "tokenizer")
+    tokenizer = load_tokenizer(finished_data_run(config.data).path / "tokenizer")
     step = config.kept_steps()[fraction]
     model = build_model(config, tokenizer)
     load_model(model, str(kept_checkpoint(base_run(config), step) / "model.safetensors"))
@@ -566,7 +575,7 @@ def export_base(config: BaseConfig, dest: Path, scale: str, evaluate=None, force
     ``evaluate(model, tokenizer) -> rows`` (the protocol's table as records) fills the card's protocol section.
     """
     run = base_run(config)
-    data = prepare_data(config.data).metrics
+    data = finished_data_run(config.data).metrics
     log = read_log_records(run.log_path)
     flops = flops_per_token(config.model, data["vocab_size"])
     paths = []
