@@ -580,10 +580,11 @@ def export_base(config: BaseConfig, dest: Path, scale: str, evaluate=None, force
     flops = flops_per_token(config.model, data["vocab_size"])
     paths = []
     for fraction, step in config.kept_steps().items():
-        if not (run.checkpoint_dir / f"step-{step:09d}" / "state.json").is_file():
-            continue
         path = Path(dest) / checkpoint_name(fraction)
-        if force or not _exported(path, f"{run.study}/{run.hash}", step):
+        exported = _exported(path, f"{run.study}/{run.hash}", step)
+        if not (run.checkpoint_dir / f"step-{step:09d}" / "state.json").is_file() and (force or not exported):
+            continue  # not reached yet (or, after a restore, exported before and not to be redone)
+        if force or not exported:
             model, tokenizer = load_checkpoint_model(config, fraction)
             protocol = evaluate(model, tokenizer) if evaluate else []
             path.mkdir(parents=True, exist_ok=True)
