@@ -177,16 +177,16 @@ def _encode_to_file(tokenizer, texts: Iterator[str], path: Path, desc: str, batc
     return count
 
 
-def _validation_texts(domain: str, token_budget: int, tokenizer) -> list[str]:
+def _validation_ids(domain: str, token_budget: int, tokenizer) -> list[int]:
+    """The first documents of ``domain``'s valid part, each followed by eos, up to ``token_budget`` ids."""
     from lmstudy.data.splits import split_documents
 
-    texts, tokens = [], 0
+    ids: list[int] = []
     for document in split_documents(domain, "valid"):
-        texts.append(document.text)
-        tokens += len(tokenizer(document.text)["input_ids"]) + 1
-        if tokens >= token_budget:
+        ids += [*tokenizer(document.text)["input_ids"], tokenizer.eos_token_id]
+        if len(ids) >= token_budget:
             break
-    return texts
+    return ids
 
 
 def prepare_data(config: BaseDataConfig) -> Run:
@@ -240,8 +240,7 @@ def _write_data(run: Run, config: BaseDataConfig, tokenizer=None) -> dict:
     valid_tokens = {}
     with open(run.path / "valid.bin", "wb") as out:
         for domain in DOMAINS:
-            texts = _validation_texts(domain, config.valid_tokens_per_domain, tokenizer)
-            ids = [i for text in texts for i in (*tokenizer(text)["input_ids"], tokenizer.eos_token_id)]
+            ids = _validation_ids(domain, config.valid_tokens_per_domain, tokenizer)
             out.write(np.asarray(ids, dtype=np.uint16).tobytes())
             valid_tokens[domain] = len(ids)
     return {"train_tokens": train_tokens, "valid_tokens": valid_tokens, "documents": per_domain,
