@@ -17,7 +17,7 @@ Tabs:
 
 The model selector offers the allow-listed local checkpoints (``models/ctrl-demo`` first, other
 ``models/`` folders, control-code runs) and the ``--model`` argument, never a path from the browser.
-Everything the page does is in ``lmstudy.control.serving``; this file is the page and the command
+Everything the page does is in ``lmstudy.ctrl.serving``; this file is the page and the command
 line. ``build_demo()`` returns the ``gr.Blocks`` (queue configured); only ``main()`` launches it.
 """
 
@@ -30,7 +30,7 @@ import time
 
 import gradio as gr
 
-from lmstudy.control.serving import (
+from lmstudy.ctrl.serving import (
     MAX_COLUMNS,
     NO_CHECKPOINT,
     InputError,

@@ -26,7 +26,7 @@ import torch
 import torch.nn.functional as F
 
 from lmstudy.lm_batches import get_bptt_window
-from lmstudy.models.awd_lstm import AWDLSTM, AWDLSTMConfig, AWDLSTMTask, PlainLSTMLM, detach_hidden
+from lmstudy.welch.awd_lstm import AWDLSTM, AWDLSTMConfig, AWDLSTMTask, PlainLSTMLM, detach_hidden
 
 
 def make_step(model, loss_fn, lr: float = 1.0, clip: float = 0.25):

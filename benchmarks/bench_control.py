@@ -3,7 +3,7 @@
 Generation: one prompt continued under K control codes, ``--new-tokens`` tokens each (eos does not stop
 a row, so every variant produces the same number of tokens), timed three ways:
 
-- ``batched``: ``lmstudy.control.generation.generate_codes``: the K rows in one batch, one forward pass
+- ``batched``: ``lmstudy.ctrl.generation.generate_codes``: the K rows in one batch, one forward pass
   per new token for all of them, one KV cache;
 - ``sequential generate()``: K calls of transformers' ``model.generate`` (KV cache, greedy or sampling
   as configured), one per code, which is what one would write without the batched loop;
@@ -31,11 +31,11 @@ from pathlib import Path
 import torch
 import transformers
 
-from lmstudy.control.attribution import code_log_likelihoods
-from lmstudy.control.data import code_id
-from lmstudy.control.generation import generate_codes
-from lmstudy.control.model import load_control_model
-from lmstudy.control.sampling import SamplingConfig
+from lmstudy.ctrl.attribution import code_log_likelihoods
+from lmstudy.ctrl.data import code_id
+from lmstudy.ctrl.generation import generate_codes
+from lmstudy.ctrl.model import load_control_model
+from lmstudy.ctrl.sampling import SamplingConfig
 from lmstudy.paths import models_dir
 
 TEXT = ("The film was a long and slow affair, but the actors carried it well and the last half hour "

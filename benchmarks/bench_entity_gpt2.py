@@ -4,7 +4,7 @@ model without entity layers), at small sizes.
 A step is what ``lmstudy.training.train`` does per batch, minus the loop's bookkeeping: the task's loss
 (``EntityLMTask.loss``: forward with the entity memory read from, and written to, the carry; cross-entropy),
 backward, gradient clipping to 1.0 and an AdamW step. Both models see the same batches, built by
-``lmstudy.entity_data.stream_batches`` from synthetic documents (``--data synthetic``: random tokens, 25% of
+``lmstudy.entity.data.stream_batches`` from synthetic documents (``--data synthetic``: random tokens, 25% of
 sub-tokens in mentions of 30 entities per document: OntoGUM train has 25.7% and 30 entities per document
 under our innermost rule) or from the first GUM training
 documents (``--data gum``); ``--vocab`` sets the synthetic vocabulary (GPT-2's 50,257 by default; the
@@ -27,9 +27,9 @@ import statistics
 
 import torch
 
-from lmstudy.entity_data import EntityDocument, EntityLMTask, load_entity_documents
-from lmstudy.models.entity_gpt2 import GPT2E, GPT2EConfig
-from lmstudy.studies.entity_transformer import compare_step_times
+from lmstudy.entity.data import EntityDocument, EntityLMTask, load_entity_documents
+from lmstudy.entity.model import GPT2E, GPT2EConfig
+from lmstudy.entity.study import compare_step_times
 
 GPT2_VOCAB = 50257  # the default: at small widths the output layer is a large share of a step
 
@@ -63,7 +63,7 @@ def benchmark_size(n_layer: int, n_embd: int, docs, args, device) -> dict:
     gpt2 = GPT2E(GPT2EConfig(entity_layers=[], **common)).to(device)
     gpt2.load_state_dict(gpt2e.state_dict(), strict=False)  # the shared weights are the same
     task = EntityLMTask(docs, docs[:1], batch_size=args.batch_size, seq_len=args.seq_len, pad_id=args.vocab - 1)
-    # The study's timing (lmstudy.studies.entity_transformer): same batches, models alternating.
+    # The study's timing (lmstudy.entity.study): same batches, models alternating.
     times = compare_step_times({"gpt2": gpt2, "gpt2e": gpt2e}, task, args.steps, warmup=args.warmup, device=device)
     return {
         "size": f"{n_layer}x{n_embd}",

@@ -10,7 +10,7 @@ at two sizes:
 - ``gpt2 768->3072``: GPT-2 small's ``c_fc`` with every scheme of Krony-PT's Table 1 (A = the "Dimension"
   column, in the paper's (out, in) layout of ``c_fc``), one factor pair;
 - ``cpu 256->1024`` and ``cpu 1024->256``: ``c_fc`` and ``c_proj`` of the cpu-scale Krony study's 4x256 GPT-2,
-  with the study's size classes (``lmstudy.studies.kronecker.class_a_shape``; ``c_proj`` uses A transposed,
+  with the study's size classes (``lmstudy.krony.study.class_a_shape``; ``c_proj`` uses A transposed,
   as ``compress`` does) and the Table 6 variant (67M shapes, 4 factors + scalars).
 
 The input requires a gradient (as inside a network), so backward computes the input gradient and the factor
@@ -37,9 +37,9 @@ import time
 import torch
 from transformers.pytorch_utils import Conv1D
 
-from lmstudy.krony_table import PAPER_TABLE_1
-from lmstudy.models.kronecker import KroneckerConfig, KroneckerLinear, partner_shape
-from lmstudy.studies.kronecker import CLASSES, class_a_shape
+from lmstudy.krony.table import PAPER_TABLE_1
+from lmstudy.krony.model import KroneckerConfig, KroneckerLinear, partner_shape
+from lmstudy.krony.study import CLASSES, class_a_shape
 
 GPT2_C_FC = (3072, 768)  # (out, in)
 CPU_EMBD = 256  # the cpu preset's n_embd (lmstudy/scales.py, 03_kronecker)

@@ -1,7 +1,7 @@
 """Inference speed and weight bytes of Kronecker-compressed GPT-2s (Krony-PT) against the dense base model.
 
 For a dense ``GPT2LMHeadModel`` and the same model compressed into each size class of the Krony study
-(``lmstudy.studies.kronecker.class_a_shape``: 96M B = (2, 1), 81M B = (4, 1), 67M tiny balanced factors, and the
+(``lmstudy.krony.study.class_a_shape``: 96M B = (2, 1), 81M B = (4, 1), 67M tiny balanced factors, and the
 67M shapes with 4 factors + scalars as in Table 6), this measures
 
 - ``score tok/s``: tokens per second of one forward pass over a batch of ``--batch x --seq-len`` tokens (what a
@@ -31,8 +31,8 @@ import torch
 from safetensors.torch import save_model
 from transformers import GPT2Config, GPT2LMHeadModel
 
-from lmstudy.models.kronecker import KroneckerConfig, compress, count_parameters
-from lmstudy.studies.kronecker import class_a_shape
+from lmstudy.krony.model import KroneckerConfig, compress, count_parameters
+from lmstudy.krony.study import class_a_shape
 
 SIZES = {
     "cpu": dict(vocab_size=8192, n_embd=256, n_layer=4, n_head=4, n_positions=128),  # the cpu preset's base

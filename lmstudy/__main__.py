@@ -57,34 +57,19 @@ def _run_study(args) -> int:
     return 0
 
 
-def _add_krony_command(subparsers) -> None:
-    krony = subparsers.add_parser("krony", help="Krony-PT (Kronecker-factored GPT-2 MLPs) tools")
-    krony_commands = krony.add_subparsers(dest="krony_command", required=True, metavar="SUBCOMMAND")
-    table = krony_commands.add_parser(
-        "table", help="the paper's parameter Tables 1 and 2, recomputed from the GPT-2 small config",
-        description="Every row of Krony-PT Table 1 and the multi-factor rows of Table 2, beside the paper's numbers.",
-    )
-    table.set_defaults(handler=_print_krony_table)
-
-
-def _print_krony_table(args) -> int:
-    # Imported here: the Kronecker code needs torch and transformers, which `--help` should not wait for.
-    from lmstudy.krony_table import format_table
-
-    print(format_table())
-    return 0
-
-
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="lmstudy", description=__doc__.split("\n\n")[0])
     subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     _add_data_command(subparsers)
     _add_study_command(subparsers)
-    _add_krony_command(subparsers)
-    from lmstudy.control import cli as control_cli
+    # Each paper's commands (this entry point is the one module that imports both the core and the papers).
+    from lmstudy.krony import cli as krony_cli
+
+    krony_cli.register(subparsers)
+    from lmstudy.ctrl import cli as control_cli
 
     control_cli.register(subparsers)
-    from lmstudy import hpsearch
+    from lmstudy.welch import hpsearch
 
     hpsearch.register(subparsers)
     from lmstudy import run_archive

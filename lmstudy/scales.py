@@ -29,7 +29,7 @@ PRESETS: dict[str, dict[str, dict]] = {
         ),
     },
     # CTRL (Keskar et al. 2019): a control-coded GPT-2 trained from scratch on our domains
-    # (lmstudy.control). Codes: the names of lmstudy.control.codes.CODES; () = all 20.
+    # (lmstudy.ctrl). Codes: the names of lmstudy.ctrl.codes.CODES; () = all 20.
     "04_control_codes": {
         # Seconds: ten codes whose documents are quick to reach, 20 short documents each, 30 steps.
         "smoke": dict(
@@ -58,7 +58,7 @@ PRESETS: dict[str, dict[str, dict]] = {
             mixed_precision="bf16", seed=0,
         ),
     },
-    # Welch et al. 2020: AWD-LSTM embedding initialisation (lmstudy.studies.embedding_init).
+    # Welch et al. 2020: AWD-LSTM embedding initialisation (lmstudy.welch.study).
     "01_embedding_init": {
         # Seconds on a slice of PTB: tiny model, a handful of steps, vectors from 2,000 sentences.
         "smoke": dict(
@@ -87,7 +87,7 @@ PRESETS: dict[str, dict[str, dict]] = {
         ),
     },
     # Stylianou & Vlahavas 2020, Entity-Transformers: GPT2E vs GPT2 fine-tuned from one base on GUM + LitBank
-    # coreference (lmstudy.studies.entity_transformer). ``base_scale``: which Krony-PT base (03_kronecker preset)
+    # coreference (lmstudy.entity.study). ``base_scale``: which Krony-PT base (03_kronecker preset)
     # both start from; ``init_from``: real GPT-2 weights instead (path or hub id).
     "02_entity_transformer": {
         # Seconds: the Krony smoke base (2x32, 512-id BPE), 4 training documents per corpus, 10 steps, 2 seeds.
@@ -127,7 +127,7 @@ PRESETS: dict[str, dict[str, dict]] = {
             ner_lr=1e-4, ner_batch_size=32,
         ),
     },
-    # Welch et al. 2020, Section 3 + appendix (lmstudy.studies.embedding_extended, lmstudy.hpsearch, lmstudy.ngram):
+    # Welch et al. 2020, Section 3 + appendix (lmstudy.welch.extended, lmstudy.welch.hpsearch, lmstudy.welch.ngram):
     # Tables 2, 3, 5, 6, 7, Figure 1 and the six configurations on a word-level GPT-2. Run fields as in
     # 01_embedding_init; notebook-only keys: configs ("section3" | "pair"), seeds, domains (Table 2),
     # unk_cutoffs (3), vector_sources (5), train_multiples (6), search_* (Figure 1), ngram_order and
@@ -184,7 +184,7 @@ PRESETS: dict[str, dict[str, dict]] = {
         ),
     },
     # Krony-PT (Ayoub 2024): Kronecker-factored MLPs of a small GPT-2 we pretrain ourselves
-    # (lmstudy.studies.kronecker). Classes are the paper's factor shapes for our dims (96M: B=(2,1),
+    # (lmstudy.krony.study). Classes are the paper's factor shapes for our dims (96M: B=(2,1),
     # 81M: B=(4,1), 67M: tiny balanced factors); Table 6 uses the 67M shapes.
     "03_kronecker": {
         # Seconds: 2x32 GPT-2, a 512-id BPE on 40 Wikipedia documents, 30 + 10 steps.

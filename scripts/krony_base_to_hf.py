@@ -6,7 +6,7 @@ Hugging Face folder, so that the evaluation protocol can score it like any model
     python -m lmstudy eval /tmp/krony-base
 
 The weights are the run's ``best/`` (safetensors); the GPT-2 config is rebuilt from the run's config.json
-exactly as ``lmstudy.studies.kronecker.gpt2_config`` builds it.
+exactly as ``lmstudy.krony.study.gpt2_config`` builds it.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from pathlib import Path
 from safetensors.torch import load_model
 from transformers import GPT2LMHeadModel
 
-from lmstudy.studies.kronecker import KronyStudyConfig, gpt2_config
+from lmstudy.krony.study import KronyStudyConfig, gpt2_config
 from lmstudy.tokenization import load_tokenizer
 
 

@@ -38,7 +38,7 @@ def require_corpus(name: str) -> None:
 
 def require_kenlm() -> None:
     """Skip (or, in CI, fail) unless KenLM's binaries are installed (``make test`` installs them)."""
-    from lmstudy.ngram import INSTALL_HINT, kenlm_bin
+    from lmstudy.welch.ngram import INSTALL_HINT, kenlm_bin
 
     if kenlm_bin() is not None:
         return

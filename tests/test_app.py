@@ -1,4 +1,4 @@
-"""The Gradio app (``app.py`` + ``lmstudy.control.serving``): its endpoints through ``gradio_client``
+"""The Gradio app (``app.py`` + ``lmstudy.ctrl.serving``): its endpoints through ``gradio_client``
 against the app launched on a free local port, greedy equality with ``generate_codes``, the message
 of every bad input, the busy message of a full queue, the checkpoint allow-list and a plain Hugging
 Face causal LM behind ``--model``.
@@ -19,9 +19,9 @@ import pytest
 import torch
 
 import app
-from lmstudy.control.generation import generate_codes
-from lmstudy.control.sampling import SamplingConfig
-from lmstudy.control.serving import (
+from lmstudy.ctrl.generation import generate_codes
+from lmstudy.ctrl.sampling import SamplingConfig
+from lmstudy.ctrl.serving import (
     NO_CHECKPOINT,
     InputError,
     ModelRegistry,
@@ -199,7 +199,7 @@ def test_long_prompt_is_cut_with_a_notice_and_paths_from_the_browser_are_refused
 @pytest.fixture(scope="module")
 def study_codes_model():
     """A ServedModel whose tokenizer has some of the study's codes (no network: only parse_code is used)."""
-    from lmstudy.control.codes import code_token
+    from lmstudy.ctrl.codes import code_token
     from lmstudy.tokenization import END_OF_TEXT, train_bpe
 
     names = ["Wikipedia", "Reviews", "Questions", "News"]
@@ -352,7 +352,7 @@ def test_a_full_queue_says_busy(model_dir, tmp_path, monkeypatch):
     """max_queue=1: one request runs (held until released), one waits, the next is told to try again."""
     import threading
 
-    from lmstudy.control import serving
+    from lmstudy.ctrl import serving
 
     monkeypatch.setenv("LMSTUDY_MODELS", str(tmp_path / "models"))
     monkeypatch.setenv("LMSTUDY_RUNS", str(tmp_path / "runs"))

@@ -22,9 +22,9 @@ from pathlib import Path
 import pytest
 
 import app
-from lmstudy.control.generation import generate_codes
-from lmstudy.control.sampling import SamplingConfig
-from lmstudy.control.serving import load_served_model
+from lmstudy.ctrl.generation import generate_codes
+from lmstudy.ctrl.sampling import SamplingConfig
+from lmstudy.ctrl.serving import load_served_model
 from lmstudy.paths import figures_dir, models_dir
 from tests.conftest import IN_CI
 from tests.test_app import running

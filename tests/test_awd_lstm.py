@@ -8,9 +8,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from lmstudy.models.awd_lstm import (AWDLSTM, AWDLSTMConfig, AWDLSTMTask, averaged_weights,
+from lmstudy.welch.awd_lstm import (AWDLSTM, AWDLSTMConfig, AWDLSTMTask, averaged_weights,
                                      carried_state_loss, embedding_dropout, locked_dropout)
-from lmstudy.models.embedding_config import ALL_CONFIGS, SECTION3_CONFIGS, EmbeddingConfig, apply_embedding_config
+from lmstudy.welch.embedding_config import ALL_CONFIGS, SECTION3_CONFIGS, EmbeddingConfig, apply_embedding_config
 from lmstudy.runs import get_run, read_log_records
 from lmstudy.training import TrainConfig, build_optimizer, latest_checkpoint, load_weights, train
 

@@ -11,11 +11,11 @@ import torch
 from transformers import AutoModelForCausalLM, LogitsProcessorList
 from transformers.generation.logits_process import TemperatureLogitsWarper
 
-from lmstudy.control.attribution import attribute, attribution_table, posterior
-from lmstudy.control.codes import CODES, code_texts, format_document, format_text, get_code, rating_level
-from lmstudy.control.data import CodedTexts, MixtureConfig, build_task, build_tokenizer, code_id, load_coded_texts
-from lmstudy.control.generation import generate_codes, generate_rows, tokenizer_codes
-from lmstudy.control.model import (
+from lmstudy.ctrl.attribution import attribute, attribution_table, posterior
+from lmstudy.ctrl.codes import CODES, code_texts, format_document, format_text, get_code, rating_level
+from lmstudy.ctrl.data import CodedTexts, MixtureConfig, build_task, build_tokenizer, code_id, load_coded_texts
+from lmstudy.ctrl.generation import generate_codes, generate_rows, tokenizer_codes
+from lmstudy.ctrl.model import (
     ControlConfig,
     export_model,
     fit,
@@ -25,7 +25,7 @@ from lmstudy.control.model import (
     save_control_model,
     scale_config,
 )
-from lmstudy.control.sampling import CTRLRepetitionPenalty, HFRepetitionPenalty, SamplingConfig, build_processors
+from lmstudy.ctrl.sampling import CTRLRepetitionPenalty, HFRepetitionPenalty, SamplingConfig, build_processors
 from lmstudy.data.documents import Document
 from lmstudy.runs import get_run, read_log_records
 from tests.conftest import require_corpus
@@ -278,7 +278,7 @@ def test_generation_errors(trained):
 
 
 def test_cli_generate_and_attribute(trained, capsys):
-    from lmstudy.control.cli import register
+    from lmstudy.ctrl.cli import register
 
     loaded, _, _, run = trained
     parser = argparse.ArgumentParser()

@@ -1,4 +1,4 @@
-"""The control-code study's evaluation tables (lmstudy.control.study) on a tiny two-domain model."""
+"""The control-code study's evaluation tables (lmstudy.ctrl.study) on a tiny two-domain model."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ import matplotlib.pyplot as plt
 import pandas as pd
 import pytest
 
-from lmstudy.control.attribution import attribution_table
-from lmstudy.control.sampling import SamplingConfig
-from lmstudy.control.study import (
+from lmstudy.ctrl.attribution import attribution_table
+from lmstudy.ctrl.sampling import SamplingConfig
+from lmstudy.ctrl.study import (
     EMPTY,
     attribution_examples,
     attribution_summary,

@@ -1,4 +1,4 @@
-"""Notebook 01b (lmstudy.studies.embedding_extended): LM-data multiples, the grid of cells, verdicts, the
+"""Notebook 01b (lmstudy.welch.extended): LM-data multiples, the grid of cells, verdicts, the
 GPT-2 with Welch's embedding set-ups, presets. Synthetic data replace the corpora except in the slow
 smoke pipeline."""
 
@@ -9,10 +9,10 @@ import pytest
 import torch
 from transformers import GPT2Config
 
-from lmstudy.models.embedding_config import EmbeddingConfig, apply_embedding_config
+from lmstudy.welch.embedding_config import EmbeddingConfig, apply_embedding_config
 from lmstudy.scales import PRESETS, SCALES
-from lmstudy.studies import embedding_extended as ex
-from lmstudy.studies.embedding_init import EmbeddingInitConfig
+from lmstudy.welch import extended as ex
+from lmstudy.welch.study import EmbeddingInitConfig
 
 WORDS = "the a cat dog sat ran on under mat log red old big small".split()
 
@@ -156,7 +156,7 @@ def test_smoke_pipeline(tmp_path, monkeypatch):
     """Every table at smoke scale on the real news corpus (builds its token cache: ~1 min)."""
     from conftest import require_corpus, require_kenlm
 
-    from lmstudy import hpsearch
+    from lmstudy.welch import hpsearch
 
     for corpus in ("reuters21578", "bbc_news", "gpt2_bpe"):
         require_corpus(corpus)

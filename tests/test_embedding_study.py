@@ -1,4 +1,4 @@
-"""Table, claim and rare-word builders of notebook 01_embedding_init (lmstudy.studies.embedding_tables)."""
+"""Table, claim and rare-word builders of notebook 01_embedding_init (lmstudy.welch.tables)."""
 
 from __future__ import annotations
 
@@ -10,11 +10,11 @@ import pandas as pd
 import pytest
 import torch
 
-from lmstudy.models.awd_lstm import AWDLSTM, AWDLSTMConfig, carried_state_loss, per_token_losses
-from lmstudy.models.embedding_config import ALL_CONFIGS, EmbeddingConfig
+from lmstudy.welch.awd_lstm import AWDLSTM, AWDLSTMConfig, carried_state_loss, per_token_losses
+from lmstudy.welch.embedding_config import ALL_CONFIGS, EmbeddingConfig
 from lmstudy.scales import PRESETS, SCALES
-from lmstudy.studies import embedding_init as study
-from lmstudy.studies import embedding_tables as tables
+from lmstudy.welch import study
+from lmstudy.welch import tables
 
 UNTIED_RANDOM = "untied/in=random,trainable/out=random,trainable"
 

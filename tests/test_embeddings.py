@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from conftest import require_corpus
-from lmstudy.embeddings import (Coverage, align_to_vocab, coverage, load_glove, save_glove,
+from lmstudy.welch.embeddings import (Coverage, align_to_vocab, coverage, load_glove, save_glove,
                                 train_word_vectors)
 from lmstudy.runs import get_run
 from lmstudy.scales import preset
@@ -80,7 +80,7 @@ def test_smoke_study_runs_on_a_slice_of_ptb(tmp_path, monkeypatch):
     require_corpus("ptb")
     monkeypatch.setenv("LMSTUDY_RUNS", str(tmp_path / "runs"))
     torch.set_num_threads(1)
-    from lmstudy.studies import embedding_init as study
+    from lmstudy.welch import study
 
     # Fixture vectors instead of word2vec on the news pretraining split (that needs its token cache).
     glove = tmp_path / "vectors.txt"
@@ -101,7 +101,7 @@ def test_smoke_study_runs_on_a_slice_of_ptb(tmp_path, monkeypatch):
 
     # The rare-word buckets are cached too: they are read back once the weights are gone (an archive
     # made with --weights none).
-    from lmstudy.studies import embedding_tables as tables
+    from lmstudy.welch import tables
 
     rare = tables.rare_word_table([config])
     assert rare["tokens"].sum() > 0 and set(rare["bucket"]) == {b[2] for b in tables.BUCKETS}

@@ -8,7 +8,7 @@ import torch
 from transformers import GPT2Config, GPT2LMHeadModel
 
 from lmstudy.data.readers.coref import CorefDocument, Mention
-from lmstudy.entity_data import (
+from lmstudy.entity.data import (
     IGNORE_INDEX,
     EntityDocument,
     EntityLMTask,
@@ -18,7 +18,7 @@ from lmstudy.entity_data import (
     load_entity_documents,
     stream_batches,
 )
-from lmstudy.models.entity_gpt2 import GPT2E, GPT2EConfig, EntityTransformerBlock, update_memory
+from lmstudy.entity.model import GPT2E, GPT2EConfig, EntityTransformerBlock, update_memory
 from lmstudy.training import TrainTask
 from tests.conftest import require_corpus
 

@@ -1,4 +1,4 @@
-"""lmstudy.entity_probes: span scorer and similarities on hand-made inputs, batched document states, mention
+"""lmstudy.entity.probes: span scorer and similarities on hand-made inputs, batched document states, mention
 selection on a hand-made coreference document, and the BiLSTM probe learning a separable tagging task."""
 
 from __future__ import annotations
@@ -9,12 +9,12 @@ import pytest
 import torch
 
 from lmstudy.data.readers.coref import CorefDocument, Mention
-from lmstudy.entity_data import EntityDocument, encode_coref_document
-from lmstudy.entity_probes import (
+from lmstudy.entity.data import EntityDocument, encode_coref_document
+from lmstudy.entity.probes import (
     BiLSTMTagger, NerProbeTask, TaggedSentence, document_states, entity_similarity, last_subtokens,
     mention_similarity, mention_vectors, predict_tags, similarity_rows, span_scores, tag_vocabulary,
 )
-from lmstudy.models.entity_gpt2 import GPT2E, GPT2EConfig
+from lmstudy.entity.model import GPT2E, GPT2EConfig
 
 
 def _scores(gold, predicted) -> dict:

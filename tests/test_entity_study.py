@@ -1,4 +1,4 @@
-"""lmstudy.studies.entity_transformer: both models start as the base, the tables' arithmetic, step timing,
+"""lmstudy.entity.study: both models start as the base, the tables' arithmetic, step timing,
 and the whole pipeline on corpus slices from a tiny GPT-2 given by path (the ``init_from`` route)."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ import pytest
 import torch
 from transformers import GPT2Config, GPT2LMHeadModel
 
-from lmstudy.entity_data import EntityDocument, EntityLMTask
-from lmstudy.studies.entity_transformer import (
+from lmstudy.entity.data import EntityDocument, EntityLMTask
+from lmstudy.entity.study import (
     MODELS, EntityStudyConfig, compare_step_times, findings, initial_model, mean_and_spread, without_entities,
 )
 
@@ -85,7 +85,7 @@ def test_compare_step_times_alternates_on_the_same_batches():
 def test_pipeline_end_to_end_on_corpus_slices(tmp_path, monkeypatch):
     from conftest import require_corpus
 
-    from lmstudy.studies import entity_transformer as study
+    from lmstudy.entity import study
     from lmstudy.tokenization import train_bpe
 
     for corpus in ("gum", "litbank", "lambada"):

@@ -1,4 +1,4 @@
-"""The Optuna search of Welch Figure 1 (lmstudy.hpsearch): samples, pairing, resume after an
+"""The Optuna search of Welch Figure 1 (lmstudy.welch.hpsearch): samples, pairing, resume after an
 interruption, expected validation performance, figures. Training is replaced by a fake ``run_fn``."""
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ import optuna
 import pandas as pd
 import pytest
 
-from lmstudy import hpsearch
-from lmstudy.hpsearch import SearchConfig, SearchSpace, expected_best
+from lmstudy.welch import hpsearch
+from lmstudy.welch.hpsearch import SearchConfig, SearchSpace, expected_best
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 

@@ -1,4 +1,4 @@
-"""Kronecker-factored GPT-2 MLPs (lmstudy.models.kronecker) and the Krony-PT parameter tables."""
+"""Kronecker-factored GPT-2 MLPs (lmstudy.krony.model) and the Krony-PT parameter tables."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from transformers import GPT2Config, GPT2LMHeadModel
 from transformers.pytorch_utils import Conv1D
 
-from lmstudy import krony_table
-from lmstudy.models.kronecker import (
+from lmstudy.krony import table as krony_table
+from lmstudy.krony.model import (
     KroneckerConfig, KroneckerLinear, compress, compressed_parameter_count, count_parameters, decompress,
     gpt2_parameter_count, kronecker_layers, partner_shape, prune_init, random_init, van_loan,
 )

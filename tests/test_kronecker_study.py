@@ -1,4 +1,4 @@
-"""lmstudy.studies.kronecker: size-class shapes, the dense baseline's size, reconstruction errors, the
+"""lmstudy.krony.study: size-class shapes, the dense baseline's size, reconstruction errors, the
 distillation loss and task, and a two-step end-to-end run on slices of the real corpora (LAMBADA and
 WikiText scoring: tests/test_evaluation.py)."""
 
@@ -10,8 +10,8 @@ import pytest
 import torch
 from transformers import GPT2Config, GPT2LMHeadModel
 
-from lmstudy.models.kronecker import KroneckerConfig, compressed_parameter_count, gpt2_parameter_count
-from lmstudy.studies.kronecker import (
+from lmstudy.krony.model import KroneckerConfig, compressed_parameter_count, gpt2_parameter_count
+from lmstudy.krony.study import (
     DistillTask, KronyStudyConfig, class_a_shape, compressed_run, distillation_loss,
     matched_dense_inner, pretrain_base, reconstruction_errors, results_table,
 )

@@ -1,11 +1,11 @@
-"""The n-gram baseline (lmstudy.ngram): our ARPA scorer against a hand-computed value and against
+"""The n-gram baseline (lmstudy.welch.ngram): our ARPA scorer against a hand-computed value and against
 KenLM's own ``query``; lmplz estimation end to end (skipped where KenLM is not installed)."""
 
 from __future__ import annotations
 
 import pytest
 
-from lmstudy.ngram import (
+from lmstudy.welch.ngram import (
     UNK_WORD,
     ArpaModel,
     kenlm_query_perplexity,

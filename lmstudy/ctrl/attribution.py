@@ -21,9 +21,9 @@ from collections.abc import Mapping, Sequence
 import pandas as pd
 import torch
 
-from lmstudy.control.codes import code_name
-from lmstudy.control.data import code_id
-from lmstudy.control.generation import tokenizer_codes
+from lmstudy.ctrl.codes import code_name
+from lmstudy.ctrl.data import code_id
+from lmstudy.ctrl.generation import tokenizer_codes
 
 
 def posterior(log_likelihoods: Sequence[float], prior: Sequence[float] | None = None) -> list[float]:

@@ -55,8 +55,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from lmstudy.data.readers.coref import CorefDocument, iob_spans
-from lmstudy.entity_data import IGNORE_INDEX, NULL_ENTITY, EntityDocument
-from lmstudy.models.entity_gpt2 import read_entities
+from lmstudy.entity.data import IGNORE_INDEX, NULL_ENTITY, EntityDocument
+from lmstudy.entity.model import read_entities
 from lmstudy.training import TrainTask
 
 POS_GROUPS = {"NN*": ("NOUN", "PROPN"), "PRP*": ("PRON",)}  # UPOS standing in for the paper's PTB tags
@@ -72,7 +72,7 @@ def document_states(model, docs: list[EntityDocument], seq_len: int, use_entitie
     """Per document: hidden states (n, C) and entity states read (n, C) at every input position.
 
     Each document is read in consecutive chunks of ``seq_len`` with the entity memory carried, as in training
-    and :func:`lmstudy.entity_data.entity_stream_loss`; unlike those, the last token is an input too.
+    and :func:`lmstudy.entity.data.entity_stream_loss`; unlike those, the last token is an input too.
     ``batch_size`` documents are read side by side, one per row, right-padded (padding comes after every real
     position, so a causal model's states there do not change; its entity id is null, so it writes no memory).
     """

@@ -54,12 +54,12 @@ from pathlib import Path
 import pandas as pd
 import torch
 
-from lmstudy.control.attribution import attribute, posterior
-from lmstudy.control.codes import CODES, code_name, get_code
-from lmstudy.control.data import code_id
-from lmstudy.control.generation import context_length, stream_rows
-from lmstudy.control.model import CODES_FILE, STUDY, load_control_model
-from lmstudy.control.sampling import SamplingConfig, build_processors
+from lmstudy.ctrl.attribution import attribute, posterior
+from lmstudy.ctrl.codes import CODES, code_name, get_code
+from lmstudy.ctrl.data import code_id
+from lmstudy.ctrl.generation import context_length, stream_rows
+from lmstudy.ctrl.model import CODES_FILE, STUDY, load_control_model
+from lmstudy.ctrl.sampling import SamplingConfig, build_processors
 from lmstudy.paths import REPO_ROOT, models_dir, runs_dir
 
 MAX_TEXT_CHARS = 20_000  # a prompt or a text to attribute; longer is refused before tokenising

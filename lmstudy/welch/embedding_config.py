@@ -113,7 +113,7 @@ def apply_embedding_config(model, config: EmbeddingConfig, vectors=None, found=N
     """Set up ``model.encoder`` (nn.Embedding) and ``model.decoder`` (nn.Linear, weight (V, E)) as ``config``.
 
     ``vectors`` (V, E) are pretrained vectors aligned to the model's vocabulary and ``found`` (V,) marks
-    the rows that have one (``lmstudy.embeddings.align_to_vocab``); rows without a vector keep the
+    the rows that have one (``lmstudy.welch.embeddings.align_to_vocab``); rows without a vector keep the
     model's random initialisation. Pretrained sides copy the found rows; frozen sides get
     ``requires_grad=False`` (the loop leaves such parameters out of the optimizer). The decoder bias
     always stays trainable. Tying is the model's (built with ``tie_weights``): it must agree.

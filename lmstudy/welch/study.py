@@ -34,9 +34,9 @@ from dataclasses import asdict, dataclass
 import torch
 
 from lmstudy.data.splits import get_domain
-from lmstudy.embeddings import PretrainConfig, align_to_vocab, coverage, load_glove, pretrained_vectors
-from lmstudy.models.awd_lstm import AWDLSTM, AWDLSTMConfig, AWDLSTMTask, carried_state_loss
-from lmstudy.models.embedding_config import EmbeddingConfig, apply_embedding_config
+from lmstudy.welch.embeddings import PretrainConfig, align_to_vocab, coverage, load_glove, pretrained_vectors
+from lmstudy.welch.awd_lstm import AWDLSTM, AWDLSTMConfig, AWDLSTMTask, carried_state_loss
+from lmstudy.welch.embedding_config import EmbeddingConfig, apply_embedding_config
 from lmstudy.runs import cached
 from lmstudy.scales import preset
 from lmstudy.training import TrainConfig, load_weights, train

@@ -10,7 +10,7 @@ Design decisions:
 
 - One Optuna study with two objectives, (baseline valid ppl, ours valid ppl), both minimised: one
   trial = one hyperparameter sample = both sides, so the pairing is structural (no matching of two
-  studies by parameters). Each side's run is an ordinary ``lmstudy.studies.embedding_init.run``
+  studies by parameters). Each side's run is an ordinary ``lmstudy.welch.study.run``
   (cached; an interrupted trial resumes its training from the run's checkpoint).
 - The samples are drawn once, up front, by ``optuna.samplers.RandomSampler(seed)`` on an in-memory
   study (``sample_trials``): uniform floats and uniform integers within ``SearchSpace``'s bounds. The
@@ -134,7 +134,7 @@ def _storage(url: str) -> optuna.storages.RDBStorage:
 
 def run_configs(base: dict, params: dict):
     """The two ``EmbeddingInitConfig`` of one trial (baseline, ours): ``base`` + the sampled values."""
-    from lmstudy.studies.embedding_init import EmbeddingInitConfig
+    from lmstudy.welch.study import EmbeddingInitConfig
 
     values = {FIELD_OF[name]: (int(value) if name in INTEGER else float(value)) for name, value in params.items()}
     return {side: EmbeddingInitConfig(embedding=name, **{**base, **values}) for side, name in SIDES.items()}
@@ -160,7 +160,7 @@ def run_search(config: SearchConfig, run_fn: Callable | None = None, poll_s: flo
     notebook never draws Figure 1 from a half-finished search.
     """
     if run_fn is None:
-        from lmstudy.studies.embedding_init import run as run_fn
+        from lmstudy.welch.study import run as run_fn
     samples = sample_trials(config.space, config.n_trials, config.seed)
     study = load_study(config)
     # What the samples were drawn from, for the record (the default study name hashes the same).
@@ -312,7 +312,7 @@ def search_config(scale: str, n_trials: int | None = None, storage: str = "", st
     """
     from lmstudy.runs import config_hash
     from lmstudy.scales import preset
-    from lmstudy.studies.embedding_extended import base_fields
+    from lmstudy.welch.extended import base_fields
 
     params = params or preset("01b_embedding_init_extended", scale)
     base = base_fields(params, domain=params["search_domain"])

@@ -26,7 +26,7 @@ which hands our extra keyword ``entity_states`` down to every block.
 Entity memory (the "persistent set of entities")
 ------------------------------------------------
 ``entity_memory`` (B, S, C): one slot per entity of the document in row ``b``; slot 0 is the null entity.
-Entity ids come from :mod:`lmstudy.entity_data` (0 = not in a mention, 1..K = the document's clusters in
+Entity ids come from :mod:`lmstudy.entity.data` (0 = not in a mention, 1..K = the document's clusters in
 order of first appearance).
 
 - A document starts with every slot at ones ("a vector of ones, which allows for minimal noise in the first
@@ -284,7 +284,7 @@ class GPT2E(GPT2PreTrainedModel):
         ``entity_memory`` (B, S, C) is what the previous chunk of the same documents returned (None: all
         documents start here); ``new_document`` (B,) bool resets the rows that start a new document.
         No loss here (and no HF ``labels``, which HF shifts internally): the loss against already shifted
-        targets is :func:`lmstudy.entity_data.batch_loss`, as :func:`lmstudy.lm_batches.lm_loss` for GPT-2.
+        targets is :func:`lmstudy.entity.data.batch_loss`, as :func:`lmstudy.lm_batches.lm_loss` for GPT-2.
         """
         if entity_ids is None:
             entity_ids = torch.full_like(input_ids, NULL_ENTITY)

@@ -20,9 +20,9 @@ def _codes(values: list[str] | None) -> list[str] | None:
 
 
 def _generate(args) -> int:
-    from lmstudy.control.generation import generate_codes
-    from lmstudy.control.model import load_control_model
-    from lmstudy.control.sampling import SamplingConfig
+    from lmstudy.ctrl.generation import generate_codes
+    from lmstudy.ctrl.model import load_control_model
+    from lmstudy.ctrl.sampling import SamplingConfig
 
     loaded = load_control_model(args.model)
     sampling = SamplingConfig(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, greedy=args.greedy,
@@ -39,8 +39,8 @@ def _generate(args) -> int:
 def _attribute(args) -> int:
     import pandas as pd
 
-    from lmstudy.control.attribution import attribute
-    from lmstudy.control.model import load_control_model
+    from lmstudy.ctrl.attribution import attribute
+    from lmstudy.ctrl.model import load_control_model
 
     loaded = load_control_model(args.model)
     table = attribute(loaded.model, loaded.tokenizer, args.text, codes=_codes(args.code), prior=args.prior,
@@ -56,7 +56,7 @@ def register(subparsers) -> None:
         "generate", help="continue a prompt under one or more control codes (CTRL)",
         description="Generate from a control-code model, one column per code, in one batch with a fixed seed.",
     )
-    generate.add_argument("--model", required=True, help="folder written by lmstudy.control.model.save_control_model")
+    generate.add_argument("--model", required=True, help="folder written by lmstudy.ctrl.model.save_control_model")
     generate.add_argument("--code", action="append", metavar="CODE",
                           help="control code (repeat or comma-separate; default: every code of the model)")
     generate.add_argument("--prompt", required=True, help="text to continue")
@@ -79,7 +79,7 @@ def register(subparsers) -> None:
                     "with a prior -> p(code | text).",
     )
     attribute.add_argument("text", help="the text to attribute")
-    attribute.add_argument("--model", required=True, help="folder written by lmstudy.control.model.save_control_model")
+    attribute.add_argument("--model", required=True, help="folder written by lmstudy.ctrl.model.save_control_model")
     attribute.add_argument("--code", action="append", metavar="CODE", help="restrict to these codes (default: all)")
     attribute.add_argument("--prior", choices=("uniform", "mixture"), default="uniform",
                            help="uniform (the paper's) or the model's training mixture")

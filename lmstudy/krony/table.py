@@ -3,7 +3,7 @@
 ``python -m lmstudy krony table`` (wired in ``lmstudy.__main__``) prints every row of the paper's Table 1 (one Kronecker factor pair per
 MLP matrix, for each "Dimension" = the shape of ``c_fc``'s first factor A in the paper's ``(3072, 768)``
 orientation), the multi-factor rows of Table 2 and the 4-factor model of Sec. 4.4, each beside the number
-the paper prints. Nothing here needs weights: the counts come from ``lmstudy.models.kronecker``'s
+the paper prints. Nothing here needs weights: the counts come from ``lmstudy.krony.model``'s
 ``compressed_parameter_count``, which a test checks against real (meta-device) compressed models.
 
 How the paper counts (all reproduced exactly):
@@ -26,7 +26,7 @@ import textwrap
 
 from transformers import GPT2Config
 
-from lmstudy.models.kronecker import (
+from lmstudy.krony.model import (
     KroneckerConfig, compressed_parameter_count, factor_pair_parameters, partner_shape,
 )
 

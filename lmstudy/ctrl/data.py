@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 import torch
 from transformers import PreTrainedTokenizerFast
 
-from lmstudy.control.codes import CODES, code_texts, code_token, get_code
+from lmstudy.ctrl.codes import CODES, code_texts, code_token, get_code
 from lmstudy.lm_batches import epoch_generator, lm_loss
 from lmstudy.tokenization import END_OF_TEXT, train_bpe
 from lmstudy.training import TrainTask

@@ -34,7 +34,7 @@ Decisions:
   pretrained vectors too. (awd-lstm-lm gives the last layer ``nhid`` outputs when untied.)
 - Initialisation as awd-lstm-lm: encoder and decoder weights U(-0.1, 0.1), decoder bias 0, LSTM
   PyTorch's default. Tying is decided at construction (``tie_weights``); freezing and pretrained
-  rows are applied afterwards by ``lmstudy.models.embedding_config.apply_embedding_config``.
+  rows are applied afterwards by ``lmstudy.welch.embedding_config.apply_embedding_config``.
 - Weight decay: the loop applies ``TrainConfig.weight_decay`` to matrices and embeddings only, not to
   biases (awd-lstm-lm decays every parameter; the difference at 1.2e-6 is negligible).
 - Validation loss is the paper's (awd-lstm-lm's) protocol: the stream is cut into ``eval_batch_size``

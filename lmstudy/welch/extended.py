@@ -23,11 +23,11 @@ Our reading of each experiment:
   pretraining split, nested as in the paper (2x is a prefix of 4x). The vectors stay those of the
   whole pretraining split, so the added LM data overlaps the vectors' data, as NANC's must have
   (their 43M pretraining + 3.5M 4x training exceed the 44M words of NANC WSJ).
-- Figure 1: ``lmstudy.hpsearch`` (Optuna random search, same samples for both sides) on the base cell.
+- Figure 1: ``lmstudy.welch.hpsearch`` (Optuna random search, same samples for both sides) on the base cell.
   The paper searched on 4x NANC; we search on 1x to stay in budget.
-- Table 7: KenLM modified Kneser-Ney (``lmstudy.ngram``), the best AWD-LSTM of each side (the base
+- Table 7: KenLM modified Kneser-Ney (``lmstudy.welch.ngram``), the best AWD-LSTM of each side (the base
   cell's configs at the search's best hyperparameters when the search ran, else at the preset's),
-  and a small GPT-2 (``lmstudy.studies.quickstart.build_model``, ``LMTask``, the shared evaluation)
+  and a small GPT-2 (``lmstudy.quickstart.build_model``, ``LMTask``, the shared evaluation)
   trained from scratch on the same text: word level (our vocabulary) and BPE level (GPT-2's
   tokenizer, each sentence as its space-joined words + "\\n"). Word- and BPE-level perplexities are
   not comparable (the paper's point, after Merity 2019): a BPE model predicts more, easier tokens
@@ -65,16 +65,16 @@ from torch import nn
 from transformers import GPT2Config, GPT2Model
 
 from lmstudy.data.splits import iter_split_sentences, load_split, split_tokens
-from lmstudy.embeddings import PretrainConfig, align_to_vocab, load_glove, pretrained_vectors
+from lmstudy.welch.embeddings import PretrainConfig, align_to_vocab, load_glove, pretrained_vectors
 from lmstudy.evaluation import stream_loss
 from lmstudy.lm_batches import LMTask
-from lmstudy.models.awd_lstm import AWDLSTMTask, carried_state_loss
-from lmstudy.models.embedding_config import SECTION3_CONFIGS, EmbeddingConfig, apply_embedding_config
+from lmstudy.welch.awd_lstm import AWDLSTMTask, carried_state_loss
+from lmstudy.welch.embedding_config import SECTION3_CONFIGS, EmbeddingConfig, apply_embedding_config
 from lmstudy.runs import cached
-from lmstudy.studies import embedding_init
-from lmstudy.studies.embedding_init import EmbeddingInitConfig, build_model
-from lmstudy.studies.quickstart import QuickstartConfig
-from lmstudy.studies.quickstart import build_model as build_gpt2
+from lmstudy.welch import study as embedding_init
+from lmstudy.welch.study import EmbeddingInitConfig, build_model
+from lmstudy.quickstart import QuickstartConfig
+from lmstudy.quickstart import build_model as build_gpt2
 from lmstudy.text import Vocab
 from lmstudy.training import TrainConfig, load_weights, train
 from lmstudy.word_lm import WordLMData, first_tokens, load_word_lm
@@ -552,7 +552,7 @@ def run_ngram(domain: str, train_tokens: int, eval_tokens: int, order: int) -> d
     """KenLM n-gram perplexities (word level through our K = 0 vocabulary, and BPE level on GPT-2's
     pieces: no vocabulary mapping, BPE has no OOV) of the domain's valid and test text; cached, the
     ARPA files stay in the run folder."""
-    from lmstudy.ngram import NGramConfig, ngram_perplexity
+    from lmstudy.welch.ngram import NGramConfig, ngram_perplexity
 
     def estimate(run_) -> dict:
         data = load_word_lm(domain, 0, train_tokens, eval_tokens)
@@ -576,7 +576,7 @@ def run_ngram(domain: str, train_tokens: int, eval_tokens: int, order: int) -> d
 
 def table7(params: dict, best_hyperparameters: dict[str, dict] | None = None) -> pd.DataFrame:
     """Word- and BPE-level perplexities on the base cell's valid and test text (see the docstring)."""
-    from lmstudy.ngram import INSTALL_HINT, kenlm_bin
+    from lmstudy.welch.ngram import INSTALL_HINT, kenlm_bin
 
     rows, b, order = [], base_fields(params), params["ngram_order"]
     for level in ("word", "bpe"):

@@ -5,7 +5,7 @@ coreference, then compares perplexity (CoNLL test, LAMBADA), time per step, ment
 similarity (Table 4), t-SNE pictures and a NER probe (Table 5). Our pipeline:
 
 1. Base model. ``cpu``/``smoke``: the small GPT-2 the Krony-PT study pretrains on our Wikipedia split
-   (:func:`lmstudy.studies.kronecker.pretrain_base`, the preset of ``base_scale``; general English, disjoint
+   (:func:`lmstudy.krony.study.pretrain_base`, the preset of ``base_scale``; general English, disjoint
    from GUM, LitBank and LAMBADA), with its byte-level BPE; the same cached run serves both studies.
    ``paper``: real GPT-2 weights from ``init_from`` (a path or hub id; its tokenizer, else GPT-2's BPE from
    the data dir).
@@ -15,7 +15,7 @@ similarity (Table 4), t-SNE pictures and a NER probe (Table 5). Our pipeline:
    seed in ``seeds``. The seed sets the new entity weights, the document order and dropout.
 3. Data (:func:`study_documents`): OntoGUM coreference (GUM's official train/dev/test; the 18 reddit documents
    are masked in the release and left out) plus LitBank (the reader's fixed 80/10/10 document split), both
-   encoded by :func:`lmstudy.entity_data.encode_coref_document`. ``coref test`` perplexity is GUM test +
+   encoded by :func:`lmstudy.entity.data.encode_coref_document`. ``coref test`` perplexity is GUM test +
    LitBank test read with the entity memory (:func:`entity_stream_loss`); for GPT2E also with every entity id
    null (``test_ppl_no_entities``: how much the entity information itself is worth at test time).
 4. LAMBADA (OpenAI's detokenized test set, ``lambada_examples`` passages): the shared protocol
@@ -24,7 +24,7 @@ similarity (Table 4), t-SNE pictures and a NER probe (Table 5). Our pipeline:
 5. Time per step (:func:`step_time_run`): both models, the same batches, steps alternating so that machine
    load hits both alike; median seconds of forward + backward + clipping + AdamW (:func:`timed_step`,
    also used by ``benchmarks/bench_entity_gpt2.py``).
-6. Table 4 and t-SNE (:mod:`lmstudy.entity_probes`): mention vectors on GUM test (the corpus with POS tags).
+6. Table 4 and t-SNE (:mod:`lmstudy.entity.probes`): mention vectors on GUM test (the corpus with POS tags).
 7. NER probe (:func:`ner_run`, cached): a BiLSTM over frozen word vectors of each fine-tuned model (GPT2E
    with entity information), trained with the same settings for both, on ``ner_corpus``'s outermost typed
    entity layer (LitBank: ACE types PER/LOC/GPE/FAC/ORG/VEH on proper and common noun phrases, the closest
@@ -45,13 +45,13 @@ import torch
 from transformers import GPT2LMHeadModel
 
 from lmstudy.data.readers.coref import CorefDocument
-from lmstudy.entity_data import EntityDocument, EntityLMTask, encode_coref_document, entity_stream_loss
-from lmstudy.entity_probes import (
+from lmstudy.entity.data import EntityDocument, EntityLMTask, encode_coref_document, entity_stream_loss
+from lmstudy.entity.probes import (
     BiLSTMTagger, NerProbeTask, mention_vectors, predict_tags, similarity_rows, span_scores, standardise,
     tag_vocabulary, tagged_sentences,
 )
 from lmstudy.evaluation import lambada_examples, lambada_scores
-from lmstudy.models.entity_gpt2 import GPT2E
+from lmstudy.entity.model import GPT2E
 from lmstudy.runs import Run, cached, canonical_json, get_run, read_log
 from lmstudy.scales import preset
 from lmstudy.training import TrainConfig, load_weights, train
@@ -113,7 +113,7 @@ class EntityStudyConfig:
 
 def krony_config(scale: str):
     """The Krony-PT study's config at ``scale``: its base is ours (only the preset's fields it knows)."""
-    from lmstudy.studies.kronecker import KronyStudyConfig
+    from lmstudy.krony.study import KronyStudyConfig
 
     known = {f.name for f in dataclasses.fields(KronyStudyConfig)}
     return KronyStudyConfig(**{k: v for k, v in preset("03_kronecker", scale).items() if k in known})
@@ -145,7 +145,7 @@ def _load_base(config: EntityStudyConfig) -> tuple[GPT2LMHeadModel, object]:
 
             tokenizer = gpt2_tokenizer()
         return model, tokenizer
-    from lmstudy.studies.kronecker import base_run, gpt2_config, pretrain_base
+    from lmstudy.krony.study import base_run, gpt2_config, pretrain_base
     from lmstudy.tokenization import load_tokenizer
 
     krony = krony_config(config.base_scale)
@@ -442,7 +442,7 @@ def tsne_frames(config: EntityStudyConfig, seed: int | None = None) -> dict[str,
     """t-SNE points of the ``tsne_entities`` most mentioned entities, GPT2 and GPT2E (with entities).
 
     Cached, so that the figure can be redrawn from an archive that keeps no fine-tuned weights."""
-    from lmstudy.entity_probes import tsne_frame
+    from lmstudy.entity.probes import tsne_frame
 
     seed = config.seeds[0] if seed is None else seed
     run_config = {"stage": "tsne", **config.finetune_identity(), "seed": seed,

@@ -40,11 +40,11 @@ import pandas as pd
 import seaborn as sns
 import torch
 
-from lmstudy.control.attribution import attribute
-from lmstudy.control.data import code_id, code_stream_loss, encode_stream
-from lmstudy.control.generation import generate_codes
-from lmstudy.control.model import STUDY, ControlConfig
-from lmstudy.control.sampling import SamplingConfig
+from lmstudy.ctrl.attribution import attribute
+from lmstudy.ctrl.data import code_id, code_stream_loss, encode_stream
+from lmstudy.ctrl.generation import generate_codes
+from lmstudy.ctrl.model import STUDY, ControlConfig
+from lmstudy.ctrl.sampling import SamplingConfig
 from lmstudy.runs import Run, get_run
 
 

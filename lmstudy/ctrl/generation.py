@@ -17,7 +17,7 @@ output (tested).
 
 One loop, two consumers: :func:`stream_rows` is a generator that yields every row's new token (and
 its log-probability under the model, for the app's perplexity) after each step;
-:func:`generate_rows` runs it to the end, and the app (``lmstudy.control.serving``) shows the text
+:func:`generate_rows` runs it to the end, and the app (``lmstudy.ctrl.serving``) shows the text
 of each column as it grows.
 """
 
@@ -28,9 +28,9 @@ from dataclasses import dataclass
 
 import torch
 
-from lmstudy.control.codes import code_name
-from lmstudy.control.data import code_id
-from lmstudy.control.sampling import SamplingConfig, build_processors, next_token
+from lmstudy.ctrl.codes import code_name
+from lmstudy.ctrl.data import code_id
+from lmstudy.ctrl.sampling import SamplingConfig, build_processors, next_token
 
 
 @dataclass

@@ -1,7 +1,7 @@
 """03_kronecker: Krony-PT (Ayoub 2024) at our scale: compress a small GPT-2's MLPs into Kronecker factors.
 
 The paper compresses GPT-2 small (124M) by replacing both MLP matrices of every block with Kronecker
-products (``lmstudy.models.kronecker``), in three size classes (96M, 81M, 67M), initialised with Van Loan,
+products (``lmstudy.krony.model``), in three size classes (96M, 81M, 67M), initialised with Van Loan,
 pruning or at random, then continues training and reports perplexity (wikitext, LAMBADA) against other
 compressed GPT-2s. We have no pretrained GPT-2, so the study pretrains its own small base and repeats the
 pipeline on it:
@@ -68,7 +68,7 @@ from lmstudy.evaluation import (
     wikitext2_test_articles,
 )
 from lmstudy.lm_batches import LMTask
-from lmstudy.models.kronecker import (
+from lmstudy.krony.model import (
     KroneckerConfig, compress, count_parameters, factor_pair_parameters, gpt2_parameter_count, partner_shape,
     van_loan,
 )

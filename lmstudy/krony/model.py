@@ -3,7 +3,7 @@
 Krony-PT replaces the two MLP matrices of every GPT-2 block (``mlp.c_fc`` and ``mlp.c_proj``) by sums
 of Kronecker products and leaves attention and embeddings alone. This module holds the layer, its three
 initialisations, ``compress`` / ``decompress`` for a Hugging Face ``GPT2LMHeadModel`` and the parameter
-arithmetic behind the paper's Tables 1 and 2 (``lmstudy.krony_table`` prints them).
+arithmetic behind the paper's Tables 1 and 2 (``lmstudy.krony.table`` prints them).
 
 Orientation (the one thing to keep straight)
 --------------------------------------------

@@ -37,14 +37,14 @@ import pandas as pd
 import seaborn as sns
 import torch
 
-from lmstudy.models.awd_lstm import per_token_losses
-from lmstudy.models.embedding_config import (
+from lmstudy.welch.awd_lstm import per_token_losses
+from lmstudy.welch.embedding_config import (
     ALL_CONFIGS,
     SECTION3_CONFIGS,
     EmbeddingConfig,
 )
 from lmstudy.runs import cached, get_run
-from lmstudy.studies.embedding_init import (
+from lmstudy.welch.study import (
     DATA_SETTINGS,
     STUDY,
     EmbeddingInitConfig,

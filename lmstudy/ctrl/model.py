@@ -28,8 +28,8 @@ from pathlib import Path
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, GPT2Config, GPT2LMHeadModel
 
-from lmstudy.control.codes import code_token
-from lmstudy.control.data import CodedTexts, MixtureConfig, build_task, build_tokenizer, load_coded_texts
+from lmstudy.ctrl.codes import code_token
+from lmstudy.ctrl.data import CodedTexts, MixtureConfig, build_task, build_tokenizer, load_coded_texts
 from lmstudy.runs import Run, cached, get_run
 from lmstudy.scales import preset
 from lmstudy.tokenization import load_tokenizer
@@ -154,7 +154,7 @@ def load_control_model(path: str | Path, device: str | torch.device = "cpu") -> 
     path = Path(path)
     if not (path / CODES_FILE).is_file():
         raise FileNotFoundError(f"{path} is not a control-code model: {CODES_FILE} is missing "
-                                "(train one with lmstudy.control.model.train_control_model)")
+                                "(train one with lmstudy.ctrl.model.train_control_model)")
     info = json.loads((path / CODES_FILE).read_text(encoding="utf-8"))
     model = AutoModelForCausalLM.from_pretrained(str(path), dtype=torch.float32, local_files_only=True)
     model.to(device).eval()
