@@ -9,7 +9,8 @@ import torch
 import torch.nn.functional as F
 
 from lmstudy.welch.awd_lstm import (AWDLSTM, AWDLSTMConfig, AWDLSTMTask, averaged_weights,
-                                     carried_state_loss, embedding_dropout, locked_dropout)
+                                     carried_state_loss, embedding_dropout, locked_dropout,
+                                     per_token_losses)
 from lmstudy.welch.embedding_config import ALL_CONFIGS, SECTION3_CONFIGS, EmbeddingConfig, apply_embedding_config
 from lmstudy.runs import get_run, read_log_records
 from lmstudy.training import TrainConfig, build_optimizer, latest_checkpoint, load_weights, train
@@ -170,6 +171,10 @@ def test_variable_bptt_batches_are_contiguous_deterministic_and_vary():
     assert [x.size(1) for x, _ in task.batches(1)] != lengths  # another epoch, other draws
 
 
+def no_dropout_tiny() -> AWDLSTM:
+    return tiny(dropout=0.0, dropouth=0.0, dropouti=0.0, dropoute=0.0, wdrop=0.0)
+
+
 def test_loss_adds_ar_and_tar_and_carries_a_detached_state():
     task = AWDLSTMTask(stream(600, 0), stream(200, 1), batch_size=4, bptt=10, eval_batch_size=2,
                        alpha=2.0, beta=1.0)
@@ -186,22 +191,66 @@ def test_loss_adds_ar_and_tar_and_carries_a_detached_state():
     assert extras_no_reg["ar"] == 0 and extras_no_reg["tar"] == 0
 
 
-def test_carried_state_loss_differs_from_resetting_the_state():
-    model = tiny()
-    model.eval()
-    ids = stream(400, 2)
-    carried = carried_state_loss(model, ids, batch_size=2, bptt=10)
-    # Resetting the hidden state at every window gives another (and for a trained RNN worse) loss.
-    data = ids[: (ids.numel() // 2) * 2].view(2, -1)
-    total, count = 0.0, 0
+def test_the_task_carries_the_final_state_of_each_window_into_the_next():
+    """Two windows read with the task's carry give exactly what one LSTM pass over both gives (no dropout,
+    so the comparison is deterministic): the state is carried, it is the final (h, c) of every layer, and
+    it is detached (no graph back into the first window)."""
+    task = AWDLSTMTask(stream(600, 0), stream(200, 1), batch_size=4, bptt=10, alpha=0.0, beta=0.0)
+    model = no_dropout_tiny()
+    (x1, y1), (x2, y2) = list(task.batches(0))[:2]
+    assert torch.equal(y1[:, -1], x2[:, 0])  # consecutive windows of the same rows
+    _, _, carry = task.loss(model, (x1, y1), None)
+    _, extras2, carry2 = task.loss(model, (x2, y2), carry)
     with torch.no_grad():
-        for start in range(0, data.size(1) - 1, 10):
+        whole = model(torch.cat([x1, x2], dim=1))  # one pass over both windows
+        first = model(x1)
+    logits2 = whole.logits[:, x1.size(1):]  # (B, T2, V)
+    expected = F.cross_entropy(logits2.reshape(-1, VOCAB), y2.reshape(-1))
+    assert extras2["ce"].item() == pytest.approx(expected.item(), rel=1e-5, abs=1e-6), \
+        "the second window's loss is not that of a state carried from the first"
+    fresh = F.cross_entropy(model(x2).logits.reshape(-1, VOCAB), y2.reshape(-1)).item()
+    assert abs(fresh - expected.item()) > 1e-4  # resetting the state would be visible at this size
+    for (h, c), (h_ref, c_ref) in zip(carry, first.hidden):
+        assert torch.allclose(h, h_ref, atol=1e-6) and torch.allclose(c, c_ref, atol=1e-6)
+    for (h, c), (h_ref, c_ref) in zip(carry2, whole.hidden):
+        assert torch.allclose(h, h_ref, atol=1e-6) and torch.allclose(c, c_ref, atol=1e-6)
+    assert all(not h.requires_grad and h.grad_fn is None for pair in carry + carry2 for h in pair)  # detached
+
+
+def test_carried_state_loss_equals_one_pass_over_the_stream_and_differs_from_resetting_the_state():
+    """``carried_state_loss`` reads the stream in ``bptt`` windows with the state carried; in eval mode (no
+    dropout) that is exactly one LSTM pass over each row of ``batchify``'s layout, which is computed here
+    independently. The model is handed over in training mode with dropouts on: the loss must switch to
+    eval (deterministic) and give training mode back."""
+    model = tiny()  # awd-lstm-lm's dropouts, all non-zero
+    model.train()
+    ids = stream(401, 2)  # 401 = 2 x 200 + 1: batchify drops the last token; the last window is shorter
+    carried = carried_state_loss(model, ids, batch_size=2, bptt=10)
+    per_token, targets = per_token_losses(model, ids, batch_size=2, bptt=10)
+    assert model.training
+    data = ids[:400].view(2, 200)  # batchify: row b is the contiguous slice b * 200 .. (b + 1) * 200
+    model.eval()
+    with torch.no_grad():
+        logits = model(data[:, :-1]).logits  # (2, 199, V): the whole row in one go, state never reset
+        reference = F.cross_entropy(logits.reshape(-1, VOCAB), data[:, 1:].reshape(-1),
+                                    reduction="none").view(2, 199)
+    # per_token_losses concatenates window by window: (B*T) of each window in turn
+    windows = [reference[:, s:s + 10].reshape(-1) for s in range(0, 199, 10)]
+    window_targets = [data[:, s + 1:s + 11].reshape(-1) for s in range(0, 199, 10)]
+    assert torch.equal(targets, torch.cat(window_targets))
+    gap = (per_token - torch.cat(windows)).abs().max().item()
+    assert gap < 1e-5, f"per-token losses differ from one pass over the stream by up to {gap:.3g}"
+    assert carried == pytest.approx(reference.double().mean().item(), rel=1e-6)
+    # Resetting the hidden state at every window gives another (and for a trained RNN worse) loss.
+    reset = []
+    with torch.no_grad():
+        for start in range(0, 199, 10):
             x, y = data[:, start:start + 10], data[:, start + 1:start + 11]
             x = x[:, : y.size(1)]
-            logits = model(x).logits
-            total += F.cross_entropy(logits.reshape(-1, VOCAB), y.reshape(-1), reduction="sum").item()
-            count += y.numel()
-    assert carried != pytest.approx(total / count, rel=1e-6)
+            reset.append(F.cross_entropy(model(x).logits.reshape(-1, VOCAB), y.reshape(-1), reduction="none"))
+    reset = torch.cat(reset)
+    assert (reset - torch.cat(windows)).abs().max().item() > 1e-3  # the carried state is visible per token
+    assert carried != pytest.approx(reset.double().mean().item(), rel=1e-6)
     assert 0 < carried < 2 * torch.log(torch.tensor(float(VOCAB))).item()
 
 
