@@ -1,4 +1,4 @@
-"""Notebook 01b (lmstudy.welch.extended): LM-data multiples, the grid of cells, verdicts, the
+"""Notebook 01b (lmstudy.welch.extended): LM-data multiples, the grid of cells, claims, the
 GPT-2 with Welch's embedding set-ups, presets. Synthetic data replace the corpora except in the slow
 smoke pipeline."""
 
@@ -62,9 +62,9 @@ def test_cells_share_the_base_runs(monkeypatch):
     assert sorted(table[table["vectors_from"] == "books"]["label"]) == sorted(
         label for label in ex.LABELS.values() if label != "standard")
     assert all(c.is_base for c in seen[:18]) and not any(c.is_base for c in seen[18:])
-    mean, std = ex.summary(table, "vectors_from")
-    assert list(mean.index) == list(ex.LABELS.values()) and mean.loc["standard", "news"] == 99.0
-    assert pd.isna(mean.loc["standard", "books"])
+    formatted = ex.format_summary(table, "vectors_from")
+    assert list(formatted.index) == list(ex.LABELS.values())
+    assert formatted.loc["standard", "news"] == "99.0 ± 0.0" and formatted.loc["standard", "books"] == ""
 
 
 def _table(column: str, values: dict) -> pd.DataFrame:
@@ -75,7 +75,7 @@ def _table(column: str, values: dict) -> pd.DataFrame:
                          for seed in (0, 1)])
 
 
-def test_verdicts_follow_the_numbers():
+def test_claims_follow_the_numbers():
     paper2 = {d: dict(zip(ex.LABELS.values(), ex.PAPER_TABLE2[d])) for d in ("NANC", "IRC", "Reddit")}
     paper3 = {k: dict(zip(ex.LABELS.values(), ex.PAPER_TABLE3[k])) for k in (0, 1, 2, 5)}
     paper6 = {m: dict(zip(ex.LABELS.values(), ex.PAPER_TABLE6[m])) for m in (1, 2, 4)}
@@ -85,16 +85,16 @@ def test_verdicts_follow_the_numbers():
                        "valid_ppl": [300.0, 200.0, 180.0]})
     transformer = _table("vectors", {"as trained": {"standard": 150.0, "ours": 160.0},
                                      "rescaled": {"standard": 150.0, "ours": 140.0}})
-    result = ex.verdicts(_table("domain", paper2), _table("unk_cutoff", paper3), t5, _table("train_multiple", paper6),
-                         search, t7, transformer).set_index("question")["verdict"].tolist()
+    result = ex.claims(_table("domain", paper2), _table("unk_cutoff", paper3), t5, _table("train_multiple", paper6),
+                       search, t7, transformer).set_index("claim")["verdict"].tolist()
     assert result == ["holds"] * 6 + ["does not hold", "holds"]  # the transformer: one line per vector scale
     # Reversed Table 3 gains: the verdict flips; missing tables say "not run".
     reversed3 = {k: {"standard": 100.0, "ours": 100.0 - k} for k in (0, 5)}
-    flipped = ex.verdicts(t3=_table("unk_cutoff", reversed3)).set_index("question")["verdict"]
+    flipped = ex.claims(t3=_table("unk_cutoff", reversed3)).set_index("claim")["verdict"]
     assert flipped.iloc[1] == "does not hold" and (flipped.drop(flipped.index[1]) == "not run").all()
     # Gains are relative to standard: 50 of 500 (10%) at K=0 is less than 30 of 100 (30%) at K=5.
     relative3 = {0: {"standard": 500.0, "ours": 450.0}, 5: {"standard": 100.0, "ours": 70.0}}
-    assert ex.verdicts(t3=_table("unk_cutoff", relative3))["verdict"].iloc[1] == "does not hold"
+    assert ex.claims(t3=_table("unk_cutoff", relative3))["verdict"].iloc[1] == "does not hold"
     formatted = ex.format_summary(_table("domain", paper2), "domain")
     assert formatted.loc["ours", "NANC"] == "91.3 ± 0.7"
 

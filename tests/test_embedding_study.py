@@ -75,7 +75,7 @@ def test_claims_hold_on_a_paper_like_grid_and_fail_when_broken():
     std = _paper_like_ppl()
     rare = dict(std)
     rare[tables.PROPOSED] = 50.0
-    claims = tables.check_claims(_synthetic_table(std, rare)).set_index("claim")["verdict"]
+    claims = tables.claims(_synthetic_table(std, rare)).set_index("claim")["verdict"]
     assert list(claims) == ["holds"] * 5
 
     broken = dict(std)
@@ -85,12 +85,12 @@ def test_claims_hold_on_a_paper_like_grid_and_fail_when_broken():
     broken["untied/in=pretrained,frozen/out=random,trainable"] = 1000.0  # freezing input hurts, worst config
     rare_broken = dict(rare)
     rare_broken[tables.STANDARD] = 10.0
-    verdicts = list(tables.check_claims(_synthetic_table(broken, rare_broken))["verdict"])
+    verdicts = list(tables.claims(_synthetic_table(broken, rare_broken))["verdict"])
     assert verdicts == ["does not hold", "does not hold", "does not hold", "does not hold", "does not hold"]
 
     tying_helps_pretrained_more = dict(std)
     tying_helps_pretrained_more["tied/pretrained,trainable"] = 50.0
-    assert tables.check_claims(_synthetic_table(tying_helps_pretrained_more))["verdict"].tolist()[3] == "does not hold"
+    assert tables.claims(_synthetic_table(tying_helps_pretrained_more))["verdict"].tolist()[3] == "does not hold"
 
 
 def test_claims_1_to_4_are_checked_on_every_unked_dataset_with_the_seed_spread():
@@ -99,7 +99,7 @@ def test_claims_1_to_4_are_checked_on_every_unked_dataset_with_the_seed_spread()
     news["tied/pretrained,trainable"] = 50.0  # tying now helps the pretrained pair more: claim 4 fails on Std-news
     seeds = [_synthetic_table(std, {tables.PROPOSED: ppl}, seed=seed, **{"Std-news": news})
              for seed, ppl in enumerate((40.0, 60.0))]
-    claims = tables.check_claims(pd.concat(seeds, ignore_index=True))
+    claims = tables.claims(pd.concat(seeds, ignore_index=True))
     assert claims[["claim", "dataset"]].apply(lambda r: (r["claim"][0], r["dataset"]), axis=1).tolist() == [
         ("1", "Std"), ("1", "Std-news"), ("2", "Std"), ("2", "Std-news"), ("3", "Std"), ("3", "Std-news"),
         ("4", "Std"), ("4", "Std-news"), ("5", "Rare")]
@@ -108,22 +108,12 @@ def test_claims_1_to_4_are_checked_on_every_unked_dataset_with_the_seed_spread()
     assert f"ours 50.0 ± {pd.Series([40.0, 60.0]).std():.1f}" in claims["evidence"].iloc[-1]
 
 
-def test_seed_spread_keeps_the_configs_with_several_seeds():
-    rows = [dict(config=c, dataset="Std", seed=seed, valid_ppl=v, test_ppl=v + 1)
-            for c, values in (("a", [10.0, 12.0, 14.0]), ("b", [20.0])) for seed, v in enumerate(values)]
-    spread = tables.seed_spread(pd.DataFrame(rows))
-    assert spread.index.tolist() == [("a", "Std")]
-    assert spread.loc[("a", "Std"), ("valid_ppl", "mean")] == 12.0
-    assert spread.loc[("a", "Std"), ("valid_ppl", "std")] == pytest.approx(2.0)
-    assert spread.loc[("a", "Std"), ("test_ppl", "count")] == 3
-
-
 def test_claims_not_run_when_configs_are_missing():
     table = _synthetic_table({tables.STANDARD: 100.0})
-    claims = tables.check_claims(table)
+    claims = tables.claims(table)
     assert list(claims["verdict"]) == ["not run"] * 5
     table = _synthetic_table({tables.STANDARD: 100.0, UNTIED_RANDOM: 120.0})
-    assert tables.check_claims(table)["verdict"].tolist()[3] == "holds"
+    assert tables.claims(table)["verdict"].tolist()[3] == "holds"
 
 
 def test_per_token_losses_match_carried_state_loss_and_buckets():

@@ -12,7 +12,7 @@ from transformers import GPT2Config, GPT2LMHeadModel
 
 from lmstudy.entity.data import EntityDocument, EntityLMTask
 from lmstudy.entity.study import (
-    MODELS, EntityStudyConfig, compare_step_times, findings, initial_model, mean_and_spread, without_entities,
+    MODELS, EntityStudyConfig, claims, compare_step_times, initial_model, without_entities,
 )
 
 
@@ -44,15 +44,7 @@ def test_without_entities_keeps_tokens():
     assert plain.input_ids == doc.input_ids and plain.entity_ids == [0, 0, 0] and doc.entity_ids == [0, 2, 2]
 
 
-def test_mean_and_spread():
-    runs = pd.DataFrame({"model": ["GPT2", "GPT2", "GPT2E", "GPT2E"], "seed": [0, 1, 0, 1],
-                         "test_ppl": [10.0, 12.0, 9.0, 9.0]})
-    table = mean_and_spread(runs)
-    assert table.loc["GPT2", "test_ppl mean"] == 11.0 and table.loc["GPT2", "test_ppl std"] == pytest.approx(2 ** 0.5)
-    assert table.loc["GPT2E", "test_ppl std"] == 0.0 and table.loc["GPT2E", "n"] == 2
-
-
-def test_findings_verdicts():
+def test_claims_verdicts():
     runs = pd.DataFrame({"model": ["GPT2"] * 3 + ["GPT2E"] * 3, "seed": [0, 1, 2] * 2,
                          "test_ppl": [20.0, 20.2, 19.8, 20.1, 20.0, 20.2],  # within noise: "similar" holds
                          "lambada_ppl": [300.0, 301.0, 299.0, 200.0, 201.0, 199.0]})  # clearly better
@@ -60,16 +52,43 @@ def test_findings_verdicts():
     index = pd.MultiIndex.from_product([["entity similarity", "mention similarity"], ["NN*", "PRP*"]])
     mean = pd.DataFrame({"GPT2": [0.0, 0.0, 0.5, 0.5], "GPT2E with entities": [0.0, 0.0, 0.6, 0.4]}, index=index)
     std = pd.DataFrame({"GPT2": [0.01] * 4, "GPT2E with entities": [0.01] * 3 + [0.2]}, index=index)
-    similarity = pd.concat({"mean": mean, "std": std}, axis=1)
+    n = pd.DataFrame({"GPT2": [3] * 4, "GPT2E with entities": [3] * 4}, index=index)
+    similarity = pd.concat({"mean": mean, "std": std, "n": n}, axis=1)  # similarity_table's shape
     ner = pd.DataFrame({"model": ["GPT2"] * 3 + ["GPT2E"] * 3, "type": ["overall"] * 6,
                         "f1": [0.50, 0.52, 0.48, 0.49, 0.51, 0.50]})
-    table = findings(runs, timing, similarity, ner).set_index("claim")["holds"]
-    assert table["similar perplexity in-domain (coref test)"] == "yes"
-    assert table["better LAMBADA perplexity"] == "yes"
-    assert table["small time overhead (paper +2.7%)"] == "no"
-    assert table["higher mention similarity (NN*)"] == "yes"
-    assert table["higher mention similarity (PRP*)"] == "within noise"  # 0.1 lower, but a seed spread of 0.2
-    assert table["better NER F1 (paper +3 points)"] == "within noise"
+    table = claims(runs, timing, similarity, ner)
+    assert list(table.columns) == ["claim", "verdict", "evidence"]
+    verdict = table.set_index("claim")["verdict"]
+    assert verdict["similar perplexity in-domain (coref test)"] == "holds"
+    assert verdict["better LAMBADA perplexity"] == "holds"
+    assert verdict["small time overhead (paper +2.7%)"] == "does not hold"
+    assert verdict["higher mention similarity (NN*)"] == "holds"
+    assert verdict["higher mention similarity (PRP*)"] == "within noise"  # 0.1 lower, but a seed spread of 0.2
+    assert verdict["better NER F1 (paper +3 points)"] == "within noise"
+    evidence = table.set_index("claim")["evidence"]
+    assert evidence["better LAMBADA perplexity"] == "GPT2 300.00 ± 1.00, GPT2E 200.00 ± 1.00"
+    # "Similar" also holds beyond the noise when the gap is under 2%, and not at 2% or more.
+    tight = runs.assign(test_ppl=[20.0, 20.01, 19.99, 20.3, 20.31, 20.29])  # +1.5%, far beyond a 0.01 spread
+    assert claims(tight, timing, similarity, ner)["verdict"].iloc[0] == "holds"
+    apart = runs.assign(test_ppl=[20.0, 20.01, 19.99, 20.5, 20.51, 20.49])  # +2.5%
+    assert claims(apart, timing, similarity, ner)["verdict"].iloc[0] == "does not hold"
+
+
+def test_similarity_table_is_mean_std_and_n_over_seeds(monkeypatch):
+    from lmstudy.entity import study
+
+    def fake_run(config, seed: int) -> dict:  # one value per setting, measure and group, as similarity_rows gives
+        return {"rows": [{"setting": setting, "measure": measure, "group": group, "value": seed + 0.1 * i}
+                         for i, setting in enumerate(study.SETTINGS) for measure in ("mention similarity",
+                         "entity similarity") for group in ("NN*", "PRP*")]}
+
+    monkeypatch.setattr(study, "similarity_run", fake_run)
+    table = study.similarity_table(EntityStudyConfig(seeds=[0, 1, 2]))
+    assert list(table.columns.get_level_values(0).unique()) == ["mean", "std", "n"]
+    assert list(table["mean"].columns) == list(study.SETTINGS)  # the paper's column order
+    key = ("mention similarity", "NN*")
+    assert table["mean"].loc[key, "GPT2"] == pytest.approx(1.2) and table["std"].loc[key, "GPT2"] == pytest.approx(1.0)
+    assert table["n"].loc[key, "GPT2"] == 3
 
 
 def test_compare_step_times_alternates_on_the_same_batches():
@@ -119,7 +138,7 @@ def test_pipeline_end_to_end_on_corpus_slices(tmp_path, monkeypatch):
     pd.testing.assert_frame_equal(study.tsne_frames(config)["GPT2"], frames["GPT2"])  # cached points
     ner = study.ner_table(config)
     assert set(ner["model"]) == set(MODELS) and (ner["type"] == "overall").sum() == 4
-    table = findings(runs, timing, similarity, ner)
-    assert len(table) == 6 and table["holds"].isin(["yes", "no", "within noise"]).all()
+    table = claims(runs, timing, similarity, ner)
+    assert len(table) == 6 and table["verdict"].isin(["holds", "does not hold", "within noise"]).all()
     again = study.perplexity_runs(config)  # cached: the same numbers, nothing retrained
     pd.testing.assert_frame_equal(again, runs)

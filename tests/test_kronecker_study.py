@@ -6,13 +6,14 @@ from __future__ import annotations
 
 import math
 
+import pandas as pd
 import pytest
 import torch
 from transformers import GPT2Config, GPT2LMHeadModel
 
 from lmstudy.krony.model import KroneckerConfig, compressed_parameter_count, gpt2_parameter_count
 from lmstudy.krony.study import (
-    DistillTask, KronyStudyConfig, class_a_shape, compressed_run, distillation_loss,
+    DistillTask, KronyStudyConfig, claims, class_a_shape, compressed_run, distillation_loss,
     matched_dense_inner, pretrain_base, reconstruction_errors, results_table,
 )
 
@@ -30,6 +31,23 @@ def test_class_shapes_are_the_papers_for_gpt2_small_and_fit_small_models():
     with pytest.raises(ValueError, match="unknown size class"):  # a typo in a preset fails before any training
         KronyStudyConfig(vocab_size=300, train_docs=1, valid_docs=1, n_layer=1, n_head=1, n_embd=8, seq_len=8,
                          batch_size=2, pretrain_steps=1, lr=1e-3, baseline_classes=["81m"])
+
+
+def test_claims_compare_the_best_krony_model_with_each_baseline():
+    def row(model: str, size_class: str, init: str, wikitext: float) -> dict:
+        return {"model": model, "class": size_class, "init": init, "wikitext_ppl": wikitext,
+                "lambada_ppl": 2 * wikitext}
+
+    results = pd.DataFrame([row("base (dense)", "", "", 100.0), row("Krony", "81M", "van_loan", 130.0),
+                            row("Krony", "81M", "prune", 120.0), row("dense, same size", "81M", "scratch", 125.0),
+                            row("distilled", "81M", "scratch, KD from base", 110.0),
+                            row("Krony", "67M", "prune", 150.0)])
+    table = claims(results, ["81M", "67M"])
+    assert list(table.columns) == ["claim", "verdict", "evidence"]
+    assert table["verdict"].tolist() == ["holds", "does not hold", "not run", "not run"]
+    assert table["evidence"].iloc[0] == ("Krony (prune) wikitext ppl 120.0 vs dense, same size 125.0; "
+                                         "LAMBADA ppl 240.0 vs 250.0")  # the best init of the class
+    assert "110.0" in table["evidence"].iloc[1]
 
 
 def test_matched_dense_inner_is_the_closest_size():

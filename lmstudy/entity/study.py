@@ -44,6 +44,9 @@ import pandas as pd
 import torch
 from transformers import GPT2LMHeadModel
 
+from lmstudy.claims import (
+    DOES_NOT_HOLD, HOLDS, WITHIN_NOISE, ClaimRow, Spread, claims_table, effect, spread_table, spreads, verdict_of,
+)
 from lmstudy.data.readers.coref import CorefDocument
 from lmstudy.entity.data import EntityDocument, EntityLMTask, encode_coref_document, entity_stream_loss
 from lmstudy.entity.probes import (
@@ -290,15 +293,6 @@ def perplexity_runs(config: EntityStudyConfig) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def mean_and_spread(runs: pd.DataFrame, by: str | list = "model") -> pd.DataFrame:
-    """Mean and standard deviation (over seeds) of every numeric column, per ``by``; ``n`` seeds."""
-    numeric = runs.drop(columns=["seed"], errors="ignore").select_dtypes("number").columns
-    grouped = runs.groupby(by)[list(numeric)]
-    table = grouped.mean().add_suffix(" mean").join(grouped.std(ddof=1).add_suffix(" std"))
-    table = table[[f"{c} {s}" for c in numeric for s in ("mean", "std")]]
-    return table.assign(n=runs.groupby(by).size())
-
-
 def loss_curves(config: EntityStudyConfig) -> pd.DataFrame:
     """Training and validation loss per step of every fine-tuning run (model, seed, split, step, loss)."""
     frames = []
@@ -431,11 +425,10 @@ def similarity_run(config: EntityStudyConfig, seed: int) -> dict:
 
 
 def similarity_table(config: EntityStudyConfig) -> pd.DataFrame:
-    """Table 4: mean (and std over seeds) per measure x POS group (rows) and setting (columns)."""
+    """Table 4 over seeds: rows measure x POS group, columns (mean / std / n, setting)."""
     rows = [dict(row, seed=seed) for seed in config.seeds for row in similarity_run(config, seed)["rows"]]
-    frame = pd.DataFrame(rows)
-    table = frame.pivot_table(index=["measure", "group"], columns="setting", values="value", aggfunc=["mean", "std"])
-    return table.reindex(columns=list(SETTINGS), level=1)
+    stats = spread_table(pd.DataFrame(rows), ["measure", "group", "setting"], ["value"])["value"]
+    return stats.unstack("setting").reindex(columns=list(SETTINGS), level=1)
 
 
 def tsne_frames(config: EntityStudyConfig, seed: int | None = None) -> dict[str, pd.DataFrame]:
@@ -504,48 +497,41 @@ def ner_table(config: EntityStudyConfig) -> pd.DataFrame:
 
 
 # ---------------------------------------------------------------------------------------------------
-# Findings
+# Claims
 # ---------------------------------------------------------------------------------------------------
 
 
-def findings(runs: pd.DataFrame, timing: dict, similarity: pd.DataFrame, ner: pd.DataFrame) -> pd.DataFrame:
-    """Each of the paper's claims, our numbers (mean ± std over seeds) and whether the difference exceeds the
-    seed spread (``holds``: yes / no / within noise)."""
-    def stats(frame: pd.DataFrame, column: str, name: str) -> tuple[float, float]:
-        values = frame[frame["model"] == name][column]
-        return float(values.mean()), float(values.std(ddof=1)) if len(values) > 1 else float("nan")
+def claims(runs: pd.DataFrame, timing: dict, similarity: pd.DataFrame, ner: pd.DataFrame) -> pd.DataFrame:
+    """Each of the paper's claims (claim, verdict, evidence), our numbers (mean ± std over seeds) as evidence.
 
-    def verdict(gpt2: tuple, gpt2e: tuple, better: str) -> str:
-        difference = gpt2e[0] - gpt2[0]
-        noise = max(gpt2[1], gpt2e[1])
-        if not math.isnan(noise) and abs(difference) <= noise:
-            return "within noise"
-        improved = difference < 0 if better == "lower" else difference > 0
-        return "yes" if improved else "no"
+    ``runs``: :func:`perplexity_runs`; ``timing``: :func:`step_time_run`; ``similarity``:
+    :func:`similarity_table`; ``ner``: :func:`ner_table`. A "GPT2E is better" claim is ``within noise`` when
+    the difference is within the larger seed std (:func:`lmstudy.claims.verdict_of`); "similar in-domain
+    perplexity" holds when the difference is within noise or below 2%; the time overhead is small under 10%.
+    """
+    rows: list[ClaimRow] = []
 
-    rows = []
-    for claim, column, better in (("similar perplexity in-domain (coref test)", "test_ppl", "lower"),
-                                  ("better LAMBADA perplexity", "lambada_ppl", "lower")):
-        gpt2, gpt2e = stats(runs, column, "GPT2"), stats(runs, column, "GPT2E")
-        holds = verdict(gpt2, gpt2e, better)
-        if column == "test_ppl":  # "similar" holds when the difference is within noise or below 2%
-            holds = "yes" if holds == "within noise" or abs(gpt2e[0] / gpt2[0] - 1) < 0.02 else "no"
-        rows.append({"claim": claim, "GPT2": f"{gpt2[0]:.2f} ± {gpt2[1]:.2f}",
-                     "GPT2E": f"{gpt2e[0]:.2f} ± {gpt2e[1]:.2f}", "holds": holds})
+    def evidence(gpt2: Spread, gpt2e: Spread, digits: int) -> str:
+        return f"GPT2 {gpt2.format(digits)}, GPT2E {gpt2e.format(digits)}"
+
+    def better(claim: str, gpt2: Spread, gpt2e: Spread, direction: str, digits: int) -> None:
+        rows.append(ClaimRow(claim, verdict_of(effect(gpt2e, gpt2, direction)), evidence(gpt2, gpt2e, digits)))
+
+    test, lambada = spreads(runs, "model", "test_ppl"), spreads(runs, "model", "lambada_ppl")
+    similar = (verdict_of(effect(test["GPT2E"], test["GPT2"], "lower")) == WITHIN_NOISE
+               or abs(test["GPT2E"].mean / test["GPT2"].mean - 1) < 0.02)
+    rows.append(ClaimRow("similar perplexity in-domain (coref test)", HOLDS if similar else DOES_NOT_HOLD,
+                         evidence(test["GPT2"], test["GPT2E"], 2)))
+    better("better LAMBADA perplexity", lambada["GPT2"], lambada["GPT2E"], "lower", 2)
     overhead = timing["overhead_pct"]
-    rows.append({"claim": "small time overhead (paper +2.7%)", "GPT2": f"{timing['gpt2_seconds']:.4f} s",
-                 "GPT2E": f"{timing['gpt2e_seconds']:.4f} s ({overhead:+.1f}%)",
-                 "holds": "yes" if overhead < 10 else "no"})
-    mean = similarity["mean"]
-    spread = similarity["std"] if "std" in similarity.columns.get_level_values(0) else mean * float("nan")
+    rows.append(ClaimRow("small time overhead (paper +2.7%)", HOLDS if overhead < 10 else DOES_NOT_HOLD,
+                         f"GPT2 {timing['gpt2_seconds']:.4f} s, GPT2E {timing['gpt2e_seconds']:.4f} s "
+                         f"({overhead:+.1f}%)"))
     for group in ("NN*", "PRP*"):
         key = ("mention similarity", group)
-        gpt2, gpt2e = ((float(mean.loc[key, column]), float(spread.loc[key, column]))
-                       for column in ("GPT2", "GPT2E with entities"))
-        rows.append({"claim": f"higher mention similarity ({group})", "GPT2": f"{gpt2[0]:.3f} ± {gpt2[1]:.3f}",
-                     "GPT2E": f"{gpt2e[0]:.3f} ± {gpt2e[1]:.3f}", "holds": verdict(gpt2, gpt2e, "higher")})
-    overall = ner[ner["type"] == "overall"]
-    gpt2, gpt2e = stats(overall, "f1", "GPT2"), stats(overall, "f1", "GPT2E")
-    rows.append({"claim": "better NER F1 (paper +3 points)", "GPT2": f"{gpt2[0]:.3f} ± {gpt2[1]:.3f}",
-                 "GPT2E": f"{gpt2e[0]:.3f} ± {gpt2e[1]:.3f}", "holds": verdict(gpt2, gpt2e, "higher")})
-    return pd.DataFrame(rows)
+        gpt2, gpt2e = (Spread(float(similarity["mean"].loc[key, setting]), float(similarity["std"].loc[key, setting]),
+                              int(similarity["n"].loc[key, setting])) for setting in ("GPT2", "GPT2E with entities"))
+        better(f"higher mention similarity ({group})", gpt2, gpt2e, "higher", 3)
+    f1 = spreads(ner[ner["type"] == "overall"], "model", "f1")
+    better("better NER F1 (paper +3 points)", f1["GPT2"], f1["GPT2E"], "higher", 3)
+    return claims_table(rows)

@@ -62,6 +62,7 @@ import torch
 import torch.nn.functional as F
 from transformers import GPT2Config, GPT2LMHeadModel
 
+from lmstudy.claims import DOES_NOT_HOLD, HOLDS, NOT_RUN, ClaimRow, claims_table
 from lmstudy.data.splits import split_documents
 from lmstudy.evaluation import (
     EncodedDocuments, LambadaExample, encode_documents, lambada_examples, lambada_scores, score_documents,
@@ -412,6 +413,31 @@ def results_table(config: KronyStudyConfig) -> pd.DataFrame:
                              "size_ratio": metrics["parameters"] / base["parameters"],
                              **{key: metrics[key] for key in ("wikitext_ppl", "lambada_ppl", "lambada_acc")}})
     return pd.DataFrame(rows).reindex(columns=RESULT_COLUMNS)
+
+
+def claims(results: pd.DataFrame, baseline_classes: list[str]) -> pd.DataFrame:
+    """The paper's central claim in each of ``baseline_classes`` (claim, verdict, evidence): the best Krony
+    model of the class (lowest wikitext-2 perplexity over the inits) beats the dense same-size model and the
+    distilled student trained on the same token budget (stages 5 and 5b). ``results``: :func:`results_table`.
+
+    One seed, so there is no seed noise to compare with: the lower wikitext-2 perplexity decides.
+    """
+    rows: list[ClaimRow] = []
+    for size_class in baseline_classes:
+        models = results[results["class"] == size_class].set_index("model")
+        for other in ("dense, same size", "distilled"):
+            claim = f"{size_class}: the best Krony model beats {other} (wikitext-2 ppl)"
+            if "Krony" not in models.index or other not in models.index:
+                rows.append(ClaimRow(claim, NOT_RUN, f"needs the Krony and {other} rows of {size_class}"))
+                continue
+            krony = models.loc[["Krony"]].sort_values("wikitext_ppl").iloc[0]
+            baseline = models.loc[other]
+            verdict = HOLDS if krony["wikitext_ppl"] < baseline["wikitext_ppl"] else DOES_NOT_HOLD
+            rows.append(ClaimRow(claim, verdict, (
+                f"Krony ({krony['init']}) wikitext ppl {krony['wikitext_ppl']:.1f} vs {other} "
+                f"{baseline['wikitext_ppl']:.1f}; LAMBADA ppl {krony['lambada_ppl']:.1f} vs "
+                f"{baseline['lambada_ppl']:.1f}")))
+    return claims_table(rows)
 
 
 def table6(config: KronyStudyConfig) -> pd.DataFrame:

@@ -64,6 +64,7 @@ import torch
 from torch import nn
 from transformers import GPT2Config, GPT2Model
 
+from lmstudy.claims import ClaimRow, claims_table, spreads
 from lmstudy.data.splits import iter_split_sentences, load_split, split_tokens
 from lmstudy.welch.embeddings import PretrainConfig, align_to_vocab, load_glove, pretrained_vectors
 from lmstudy.evaluation import stream_loss
@@ -245,24 +246,22 @@ def run_cells(params: dict, cells: list[dict]) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def summary(table: pd.DataFrame, column: str) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """Mean and std over seeds of valid ppl: rows = configuration (paper order), columns = ``column``."""
-    grouped = table.groupby(["label", column])["valid_ppl"]
-    out = grouped.mean().unstack(column)
-    spread = grouped.std().unstack(column)
-    order = [label for label in LABELS.values() if label in out.index]
-    return out.loc[order], spread.loc[order]
+def _spreads(table: pd.DataFrame, column: str) -> pd.DataFrame:
+    """Valid ppl over seeds, a ``Spread`` per cell: rows = configuration (paper order), columns = the values
+    of ``column``; NaN where a configuration did not run."""
+    cells = spreads(table, ["label", column], "valid_ppl").unstack(column)
+    return cells.loc[[label for label in LABELS.values() if label in cells.index]]
+
+
+def _mean(table: pd.DataFrame, column: str) -> pd.DataFrame:
+    """Mean valid ppl over seeds: rows = configuration (paper order), columns = the values of ``column``."""
+    return _spreads(table, column).map(lambda spread: spread.mean, na_action="ignore").astype(float)
 
 
 def format_summary(table: pd.DataFrame, column: str) -> pd.DataFrame:
-    """``summary`` as "mean ± std" strings (std omitted with one seed)."""
-    mean, std = summary(table, column)
-    out = mean.astype(object)
-    for row in mean.index:
-        for col in mean.columns:
-            m, s = mean.loc[row, col], std.loc[row, col]
-            out.loc[row, col] = "" if pd.isna(m) else f"{m:.1f}" + ("" if pd.isna(s) else f" ± {s:.1f}")
-    return out
+    """Valid ppl over seeds as "mean ± std" strings (std omitted with one seed; "" where not run): rows =
+    configuration (paper order), columns = the values of ``column``."""
+    return _spreads(table, column).map(lambda spread: spread.format(1), na_action="ignore").fillna("")
 
 
 def table2(params: dict) -> pd.DataFrame:
@@ -300,7 +299,7 @@ def table6(params: dict) -> pd.DataFrame:
     return run_cells(params, [{"train_multiple": m} for m in params["train_multiples"]])
 
 
-# --- verdicts -----------------------------------------------------------------------------------
+# --- claims -------------------------------------------------------------------------------------
 
 def _gain(mean: pd.DataFrame, column) -> float:
     """standard minus ours, in percent of standard (positive: ours better). Relative, because the
@@ -309,18 +308,19 @@ def _gain(mean: pd.DataFrame, column) -> float:
     return 100 * (mean.loc[STANDARD, column] - mean.loc[OURS, column]) / mean.loc[STANDARD, column]
 
 
-def verdicts(t2: pd.DataFrame | None = None, t3: pd.DataFrame | None = None, t5: pd.DataFrame | None = None,
-             t6: pd.DataFrame | None = None, search: pd.DataFrame | None = None,
-             t7: pd.DataFrame | None = None, transformer: pd.DataFrame | None = None) -> pd.DataFrame:
-    """One line per question of the issue: holds / does not hold / not run, with the numbers."""
-    rows = []
+def claims(t2: pd.DataFrame | None = None, t3: pd.DataFrame | None = None, t5: pd.DataFrame | None = None,
+           t6: pd.DataFrame | None = None, search: pd.DataFrame | None = None,
+           t7: pd.DataFrame | None = None, transformer: pd.DataFrame | None = None) -> pd.DataFrame:
+    """One row per question of the issue (claim, verdict, evidence): holds / does not hold / not run, with the
+    numbers (vocabulary of :mod:`lmstudy.claims`)."""
+    rows: list[ClaimRow] = []
 
-    def add(question: str, verdict: str, evidence: str) -> None:
-        rows.append({"question": question, "verdict": verdict, "evidence": evidence})
+    def add(claim: str, verdict: str, evidence: str) -> None:
+        rows.append(ClaimRow(claim, verdict, evidence))
 
     q = "Table 2: pretraining helps and freezing is best on most domains"
     if t2 is not None and {"standard + pretraining", "ours, not frozen"} <= set(t2["label"]):
-        mean, _ = summary(t2, "domain")
+        mean = _mean(t2, "domain")
         helps = [d for d in mean if mean.loc["standard + pretraining", d] < mean.loc[STANDARD, d]]
         frozen = [d for d in mean if mean.loc[OURS, d] < mean.loc["ours, not frozen", d]]
         ok = len(helps) == mean.shape[1] and 2 * len(frozen) > mean.shape[1]
@@ -333,7 +333,7 @@ def verdicts(t2: pd.DataFrame | None = None, t3: pd.DataFrame | None = None, t5:
 
     q = "Table 3: the benefit of ours grows as K shrinks"
     if t3 is not None and t3["unk_cutoff"].nunique() > 1:
-        mean, _ = summary(t3, "unk_cutoff")
+        mean = _mean(t3, "unk_cutoff")
         gains = {k: _gain(mean, k) for k in sorted(mean)}
         ok = gains[min(gains)] > gains[max(gains)]
         monotone = all(a >= b for a, b in zip(list(gains.values()), list(gains.values())[1:]))
@@ -344,7 +344,7 @@ def verdicts(t2: pd.DataFrame | None = None, t3: pd.DataFrame | None = None, t5:
 
     q = "Table 5: domain match matters more than pretraining size"
     if t5 is not None and t5["vectors_from"].nunique() > 1:
-        mean, _ = summary(t5, "vectors_from")
+        mean = _mean(t5, "vectors_from")
         own = t5["domain"].iloc[0]
         sizes = t5.groupby("vectors_from")["pretrain_tokens"].first()
         others = [s for s in mean if s != own]
@@ -356,7 +356,7 @@ def verdicts(t2: pd.DataFrame | None = None, t3: pd.DataFrame | None = None, t5:
 
     q = "Table 6: the margin of ours over standard shrinks as LM data grows"
     if t6 is not None and t6["train_multiple"].nunique() > 1:
-        mean, _ = summary(t6, "train_multiple")
+        mean = _mean(t6, "train_multiple")
         gains = {m: _gain(mean, m) for m in sorted(mean)}
         add(q, "holds" if gains[min(gains)] > gains[max(gains)] else "does not hold",
             "(standard - ours) / standard: " + ", ".join(f"{m}x: {g:+.1f}%" for m, g in gains.items()))
@@ -386,14 +386,14 @@ def verdicts(t2: pd.DataFrame | None = None, t3: pd.DataFrame | None = None, t5:
 
     q = "Beyond the paper: ours beats standard on a word-level transformer too"
     if transformer is not None and len(transformer):
-        mean, _ = summary(transformer, "vectors")
+        mean = _mean(transformer, "vectors")
         for vectors in mean.columns:  # one line per vector scale
             add(f"{q} (vectors {vectors})",
                 "holds" if mean.loc[OURS, vectors] < mean.loc[STANDARD, vectors] else "does not hold",
                 "; ".join(f"{label}: {mean.loc[label, vectors]:.1f}" for label in mean.index))
     else:
         add(q, "not run", "")
-    return pd.DataFrame(rows)
+    return claims_table(rows)
 
 
 # --- transformers (Table 7 and beyond the paper) ------------------------------------------------
@@ -622,6 +622,6 @@ def comparison_figure(table: pd.DataFrame, column: str, title: str = "") -> plt.
 
 __all__ = ["CONFIG_SETS", "ExtendedConfig", "GPT2WithEmbeddings", "LABELS", "PAPER_TABLE2", "PAPER_TABLE3",
            "PAPER_TABLE3_UNK", "PAPER_TABLE5", "PAPER_TABLE6", "PAPER_TABLE7", "STUDY", "TransformerConfig",
-           "base_fields", "bpe_stream", "comparison_figure", "format_summary", "load_data", "run_cells",
-           "run_extended", "run_ngram", "run_transformer", "summary", "table2", "table3", "table5", "table6", "table7",
-           "train_awd_lstm", "transformer_config", "transformer_table", "unk_table", "verdicts"]
+           "base_fields", "bpe_stream", "claims", "comparison_figure", "format_summary", "load_data", "run_cells",
+           "run_extended", "run_ngram", "run_transformer", "table2", "table3", "table5", "table6", "table7",
+           "train_awd_lstm", "transformer_config", "transformer_table", "unk_table"]

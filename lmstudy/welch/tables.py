@@ -1,9 +1,9 @@
 """Tables, figures and claim checks of notebook 01_embedding_init (Welch et al. 2020, Table 1).
 
 The notebook stays thin: it calls ``grid_configs`` (which runs to make), ``run_grid`` (the tidy
-Table 1 DataFrame), ``section_figure`` (sections (a)-(d)), ``check_claims`` (the paper's five
-claims, each holds / does not hold / not run, with the numbers) and ``rare_word_table`` (loss by
-training-frequency bucket).
+Table 1 DataFrame), ``section_figure`` (sections (a)-(d)), ``claims`` (the paper's five claims,
+each holds / does not hold / not run, with the numbers; vocabulary of :mod:`lmstudy.claims`) and
+``rare_word_table`` (loss by training-frequency bucket).
 
 Our reading of the paper's sections (Section 2): (a) frozen random output embeddings, (b) frozen
 pretrained output embeddings, (c) frozen random input embeddings, (d) everything else. A config
@@ -37,6 +37,7 @@ import pandas as pd
 import seaborn as sns
 import torch
 
+from lmstudy.claims import ClaimRow, claims_table, spreads
 from lmstudy.welch.awd_lstm import per_token_losses
 from lmstudy.welch.embedding_config import (
     ALL_CONFIGS,
@@ -122,13 +123,6 @@ def mean_ppl(table: pd.DataFrame, column: str = "valid_ppl") -> pd.DataFrame:
     return table.groupby(["config", "dataset"])[column].mean().unstack("dataset")
 
 
-def seed_spread(table: pd.DataFrame, min_seeds: int = 2) -> pd.DataFrame:
-    """Mean, standard deviation and number of seeds of validation and test perplexity, for the configs
-    run with at least ``min_seeds`` seeds (the Section 3 six): rows (config, dataset)."""
-    stats = table.groupby(["config", "dataset"])[["valid_ppl", "test_ppl"]].agg(["mean", "std", "count"])
-    return stats[stats[("valid_ppl", "count")] >= min_seeds]
-
-
 def section_figure(table: pd.DataFrame, title: str = "") -> plt.Figure:
     """Validation perplexity per configuration (mean over seeds, bars; seeds as dots), grouped by section,
     one panel per dataset."""
@@ -184,28 +178,25 @@ def _frozen_input_version(e: EmbeddingConfig) -> EmbeddingConfig | None:
     return _with(e, input_frozen=True)
 
 
-def check_claims(table: pd.DataFrame) -> pd.DataFrame:
+def claims(table: pd.DataFrame) -> pd.DataFrame:
     """The paper's five claims on ``table`` (``run_grid``'s DataFrame): claim, dataset, verdict, evidence.
 
     Claims 1-4 are checked on every UNK'd dataset of the table (``Std``, ``Std-news``: every dataset but
     ``Rare``), claim 5 on ``Rare``. Perplexities are means over seeds, with their standard deviation where
     a config ran with several seeds."""
-    stats = seed_spread(table, min_seeds=1)["valid_ppl"]  # mean, std, count per (config, dataset)
+    stats = spreads(table, ["config", "dataset"], "valid_ppl")  # a Spread over seeds per (config, dataset)
     std_datasets = [d for d in datasets_of(table) if d != "Rare"] or ["Std"]
-    rows = []
+    rows: list[ClaimRow] = []
 
     def add(claim: str, dataset: str, verdict: str, evidence: str) -> None:
-        rows.append(dict(claim=claim, dataset=dataset, verdict=verdict, evidence=evidence))
+        rows.append(ClaimRow(claim, verdict, evidence, dataset=dataset))
 
     def ppl(name: str, dataset: str) -> float:
-        return stats.loc[(name, dataset), "mean"] if (name, dataset) in stats.index else math.nan
+        return stats[(name, dataset)].mean if (name, dataset) in stats.index else math.nan
 
     def show(name: str, dataset: str) -> str:
         """Mean perplexity, ± the seed spread when the config ran with several seeds."""
-        if (name, dataset) not in stats.index:
-            return "not run"
-        mean, spread, count = stats.loc[(name, dataset)]
-        return f"{mean:.1f} ± {spread:.1f}" if count > 1 else f"{mean:.1f}"
+        return stats[(name, dataset)].format(1) if (name, dataset) in stats.index else "not run"
 
     def names(dataset: str) -> list[str]:
         return [name for name, d in stats.index if d == dataset]
@@ -271,7 +262,7 @@ def check_claims(table: pd.DataFrame) -> pd.DataFrame:
             f"best {rare[0]} {show(rare[0], 'Rare')}; standard {show(STANDARD, 'Rare')}")
     else:
         add(claim, "Rare", "not run", f"needs {PROPOSED} on Rare")
-    return pd.DataFrame(rows)
+    return claims_table(rows)
 
 
 @torch.no_grad()
@@ -329,6 +320,6 @@ def rare_word_figure(table: pd.DataFrame, title: str = "") -> plt.Figure:
     return figure
 
 
-__all__ = ["BUCKETS", "CONFIG_SETS", "PROPOSED", "STANDARD", "bucket_losses", "check_claims", "datasets_of", "grid_configs",
-           "mean_ppl", "rare_word_buckets", "rare_word_figure", "rare_word_table", "run_grid", "section", "seed_spread",
+__all__ = ["BUCKETS", "CONFIG_SETS", "PROPOSED", "STANDARD", "bucket_losses", "claims", "datasets_of", "grid_configs",
+           "mean_ppl", "rare_word_buckets", "rare_word_figure", "rare_word_table", "run_grid", "section",
            "section_figure", "table_row"]
