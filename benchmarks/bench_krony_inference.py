@@ -31,7 +31,8 @@ import torch
 from safetensors.torch import save_model
 from transformers import GPT2Config, GPT2LMHeadModel
 
-from lmstudy.krony.model import KroneckerConfig, compress, count_parameters
+from lmstudy.krony.model import KroneckerConfig, compress
+from lmstudy.training import count_parameters
 from lmstudy.krony.study import class_a_shape
 
 SIZES = {

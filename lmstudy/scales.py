@@ -11,6 +11,28 @@ from __future__ import annotations
 
 SCALES = ("smoke", "cpu", "paper")
 
+# The small GPT-2 pretrained on our Wikipedia split (lmstudy.wiki_base): stage 1 of 03_kronecker, whose
+# presets include these fields, and the base 02_entity_transformer fine-tunes (its ``base_scale``).
+# ``eval_every`` and the evaluation slices (``wikitext_tokens``, ``lambada_examples``) serve every 03 stage.
+WIKI_BASE: dict[str, dict] = {
+    # Seconds: 2x32 GPT-2, a 512-id BPE on 40 Wikipedia documents, 30 steps.
+    "smoke": dict(
+        vocab_size=512, train_docs=40, valid_docs=5, n_layer=2, n_head=2, n_embd=32, seq_len=64, batch_size=8,
+        pretrain_steps=30, lr=3e-3, eval_every=10, wikitext_tokens=2000, lambada_examples=30, seed=0,
+    ),
+    # 4x256 GPT-2, 8k BPE, batch 16 x 128 = 2,048 tokens a step, all 4,287 Wikipedia train documents (1.42M
+    # tokens: 1,000 steps are 1.4 epochs).
+    "cpu": dict(
+        vocab_size=8192, train_docs=0, valid_docs=100, n_layer=4, n_head=4, n_embd=256, seq_len=128, batch_size=16,
+        pretrain_steps=1000, lr=1e-3, eval_every=250, wikitext_tokens=50_000, lambada_examples=500, seed=0,
+    ),
+    # GPT-2 small's dims (a GPU box), still pretrained here.
+    "paper": dict(
+        vocab_size=50257, train_docs=0, valid_docs=500, n_layer=12, n_head=12, n_embd=768, seq_len=1024,
+        batch_size=32, pretrain_steps=50000, lr=6e-4, eval_every=1000, wikitext_tokens=0, lambada_examples=0, seed=0,
+    ),
+}
+
 PRESETS: dict[str, dict[str, dict]] = {
     # The smallest end-to-end study: a word-level GPT-2-style LM on PTB through the shared
     # data readers, vocabulary, training loop and run cache.
@@ -41,10 +63,7 @@ PRESETS: dict[str, dict[str, dict]] = {
         ),
         # The published run and demo checkpoint: all 20 codes, up to 1,000 training documents each
         # cut to 3,000 characters, 20 held-out documents per code; GPT-2 4x256 with an 8k BPE: 5.3M
-        # parameters, 10.6 MB in fp16. 3,000 steps x 16 x 128 = 6.1M training tokens. Measured seconds a step
-        # on the 2-core machine: 1.4 (one thread, quiet machine), 2.5-2.7 (one thread, a slower machine),
-        # 1.6-1.8 (two threads, nothing else running); the published run took ~110 min of training plus
-        # ~8 min reading and encoding the documents and ~19 min of evaluation, 6 of them reading the held-out documents (notebook 04).
+        # parameters, 10.6 MB in fp16. 3,000 steps x 16 x 128 = 6.1M training tokens (run times: README).
         "cpu": dict(
             codes=[], train_docs=1000, eval_docs=20, max_doc_chars=3000, mixture="uniform", vocab_size=8192,
             n_layer=4, n_head=4, n_embd=256, seq_len=128, init_from="",
@@ -69,9 +88,8 @@ PRESETS: dict[str, dict[str, dict]] = {
             configs="standard_vs_ours", seeds=[0], settings=["Std", "Std-news", "Rare"], section3_seeds=[],
         ),
         # The published scale: Table 1 (20 configs x Std/Std-news/Rare) plus two more seeds of the six Section 3
-        # configs = 96 runs, 3.6 h of one thread measured (Std-news added in a second session): 2 layers,
-        # 64-d embeddings, the first ~200k training tokens (the low-data regime where in-domain vectors
-        # matter most), 2 epochs, valid/test cut to ~20k tokens.
+        # configs = 96 runs (run times: README): 2 layers, 64-d embeddings, the first ~200k training tokens (the
+        # low-data regime where in-domain vectors matter most), 2 epochs, valid/test cut to ~20k tokens.
         "cpu": dict(
             emb_size=64, hidden_size=256, n_layers=2, batch_size=20, bptt=35, eval_batch_size=10, test_batch_size=10,
             lr=30.0,
@@ -87,10 +105,10 @@ PRESETS: dict[str, dict[str, dict]] = {
         ),
     },
     # Stylianou & Vlahavas 2020, Entity-Transformers: GPT2E vs GPT2 fine-tuned from one base on GUM + LitBank
-    # coreference (lmstudy.entity.study). ``base_scale``: which Krony-PT base (03_kronecker preset)
+    # coreference (lmstudy.entity.study). ``base_scale``: which Wikipedia base (wiki_base preset)
     # both start from; ``init_from``: real GPT-2 weights instead (path or hub id).
     "02_entity_transformer": {
-        # Seconds: the Krony smoke base (2x32, 512-id BPE), 4 training documents per corpus, 10 steps, 2 seeds.
+        # Seconds: the Wikipedia smoke base (2x32, 512-id BPE), 4 training documents per corpus, 10 steps, 2 seeds.
         "smoke": dict(
             base_scale="smoke", init_from="", corpora=["gum", "litbank"], train_docs=4, eval_docs=2, seq_len=64,
             batch_size=4, finetune_steps=10, lr=1e-3, warmup_steps=2, eval_every=5, seeds=[0, 1],
@@ -98,17 +116,9 @@ PRESETS: dict[str, dict[str, dict]] = {
             ner_corpus="litbank", ner_train_docs=2, ner_eval_docs=1, ner_hidden=16, ner_epochs=2, ner_lr=0.01,
             ner_batch_size=32,
         ),
-        # The published run: the Krony cpu base (4x256, 8k BPE; trained once, shared with 03_kronecker), every GUM +
-        # LitBank document (477k training sub-tokens, 66k dev, 69k test), 3 seeds x 2 models. Timed with one torch
-        # thread on the shared 2-core machine under load ~3.4 (08:30 UTC, so about 2x slower than an idle core):
-        # a step of 8x128 takes 1.6 s (GPT2) / 2.0 s (GPT2E) (benchmarks/bench_entity_gpt2.py --threads 1
-        # --vocab 8192 --sizes 4x256 --batch-size 8 --seq-len 128); evaluation ~1.2 ms/sub-token, LAMBADA
-        # 0.073 s/passage, frozen features 0.53 ms/sub-token, a BiLSTM-64 epoch on LitBank train ~25 s.
-        # Per seed: GPT2 400 x 1.6 + 2 evals x 77 + test 80 + LAMBADA 110 = 984 s; GPT2E 400 x 2.0 + 154 + 2 x 80
-        # + 110 = 1224 s; x 3 seeds = 6,624 s. Probes: Table 4 (3 settings x 3 seeds on GUM test) ~140 s, t-SNE
-        # ~45 s, NER 6 x (features of LitBank 138 s + 4 epochs ~100 s) ~1,430 s, timing ~75 s.
-        # Total ~8,300 s = 2.3 h at that load, ~1.2 h on an idle core; 400 steps = 0.86 epochs of the training data.
-        # Measured: the notebook took 1 h 00 min with OMP_NUM_THREADS=1 while notebook 01 ran on the other core.
+        # The published run: the Wikipedia cpu base (4x256, 8k BPE; trained once, shared with 03_kronecker), every
+        # GUM + LitBank document (477k training sub-tokens, 66k dev, 69k test), 3 seeds x 2 models; 400 steps =
+        # 0.86 epochs of the training data (run times: README).
         "cpu": dict(
             base_scale="cpu", init_from="", corpora=["gum", "litbank"], train_docs=0, eval_docs=0, seq_len=128,
             batch_size=8, finetune_steps=400, lr=3e-4, warmup_steps=20, eval_every=200, seeds=[0, 1, 2],
@@ -144,19 +154,10 @@ PRESETS: dict[str, dict[str, dict]] = {
             transformer=dict(n_layer=1, n_head=2, n_embd=16, seq_len=32, batch_size=8, max_steps=8, eval_every=8,
                              lr=3e-3),
         ),
-        # The published run, ~5 h of ONE torch thread (OMP_NUM_THREADS=1), measured on the shared 2-core machine
-        # while other jobs ran (so pessimistic): AWD-LSTM 2x256, 64-d embeddings, first 100k train tokens,
-        # 2 epochs = 286 steps x 0.28 s + 6 evaluations on 20k valid tokens ~ 1.8 min per 1x run.
-        #   base cell (news, K=0, own vectors, 1x): 6 configs x 3 seeds = 18 runs          32 min
-        #   Table 2 books, irc: 12 runs 22 min; Table 3 K=1,2,5: 18 runs 32 min;
-        #   Table 5 wikipedia, books vectors: 10 runs 18 min; Table 6 2x, 4x: 6 x (2 + 4) = 36 run-equivalents 65 min
-        #   Figure 1: 10 trials x 2 sides x ~1.4 (larger nhid / 3 layers) = 28 equivalents          50 min
-        #   Table 7: 2 tuned AWD-LSTMs 5 min, KenLM 1 min, GPT-2 2x64 word level 300 steps x ~0.6 s 4 min,
-        #            BPE level (50k-id softmax, ~2.6 s a step) 14 min
-        #   beyond the paper: 6 word-level GPT-2 runs x ~3.5 min                                      21 min
-        #   word2vec vectors (news x 3 seeds, irc, books 10M, wikipedia 22M tokens)                   ~10 min
-        #   token caches of a fresh clone (wikipedia ~12 min, books, irc, news)                      ~20 min
-        # total ~295 min. Train tokens are half of notebook 01's cpu preset, so its runs are not shared.
+        # The published run: AWD-LSTM 2x256, 64-d embeddings, the first 100k train tokens, 2 epochs; Table 2 on
+        # news, books, irc, Table 3 K=0,1,2,5, Table 5 three vector sources, Table 6 1x/2x/4x data, a 10-trial
+        # search, Table 7 and the word-level GPT-2 (run times: README). Train tokens are half of notebook 01's
+        # cpu preset, so its runs are not shared.
         "cpu": dict(
             domain="news", emb_size=64, hidden_size=256, n_layers=2, batch_size=20, bptt=35, eval_batch_size=10,
             test_batch_size=10, lr=30.0, max_epochs=2, max_steps=0, evals_per_epoch=3, nonmono=2, train_tokens=100_000,
@@ -183,52 +184,32 @@ PRESETS: dict[str, dict[str, dict]] = {
                              eval_every=1_000, lr=3e-4),
         ),
     },
-    # Krony-PT (Ayoub 2024): Kronecker-factored MLPs of a small GPT-2 we pretrain ourselves
-    # (lmstudy.krony.study). Classes are the paper's factor shapes for our dims (96M: B=(2,1),
-    # 81M: B=(4,1), 67M: tiny balanced factors); Table 6 uses the 67M shapes.
+    "wiki_base": WIKI_BASE,
+    # Krony-PT (Ayoub 2024): Kronecker-factored MLPs of a small GPT-2 we pretrain ourselves (lmstudy.krony.study,
+    # its base lmstudy.wiki_base). Classes are the paper's factor shapes for our dims (96M: B=(2,1), 81M: B=(4,1),
+    # 67M: tiny balanced factors); Table 6 uses the 67M shapes.
     "03_kronecker": {
-        # Seconds: 2x32 GPT-2, a 512-id BPE on 40 Wikipedia documents, 30 + 10 steps.
+        # Seconds: the smoke base, 10 steps of continued training.
         "smoke": dict(
-            vocab_size=512, train_docs=40, valid_docs=5, n_layer=2, n_head=2, n_embd=32, seq_len=64,
-            batch_size=8, pretrain_steps=30, lr=3e-3, classes=["96M", "81M", "67M"],
-            inits=["van_loan", "prune", "random"], finetune_steps=10, finetune_lr=1e-3, eval_every=10,
-            table6_class="67M", table6_factors=4, baseline_classes=["81M"], distill_alpha=0.9,
-            distill_temperature=2.0, wikitext_tokens=2000, lambada_examples=30, seed=0,
+            **WIKI_BASE["smoke"], classes=["96M", "81M", "67M"], inits=["van_loan", "prune", "random"],
+            finetune_steps=10, finetune_lr=1e-3, table6_class="67M", table6_factors=4, baseline_classes=["81M"],
+            distill_alpha=0.9, distill_temperature=2.0,
         ),
-        # The published run took 2 h 06 min with two torch threads (OMP_NUM_THREADS=2, ~50 min of it beside a CI run);
-        # planned below at ~3 h of ONE torch thread (the other core busy): 4x256 GPT-2, 8k BPE, batch 16 x 128
-        # = 2,048 tokens a step, all 4,287 Wikipedia train documents (1.42M tokens: the base sees 1.4 epochs).
-        # Seconds per step measured interleaved with OMP_NUM_THREADS=1 (load average ~5, base 2.1 s; planned
-        # at 2.0 s for the base, 1.4 s on a quieter machine), as a ratio to the base step: Krony 96M 0.86,
-        # 81M 0.89, 67M 0.76, 67M with 4 factors + scalars 1.11, dense 81M-size (n_inner 258) 0.64, distilled
-        # 81M-size 1.40 (student step + teacher forward). Through the study code (load average ~4): one
-        # evaluate() = 50k wikitext tokens + 500 LAMBADA passages ~40 s, a validation pass (100 documents, 25k
-        # tokens) ~12 s, data (read, BPE, encode) ~40 s. The dense and distilled comparisons cost the whole
-        # pretraining budget again each, so they run for ONE class, 81M (the paper's DistilGPT2-sized class):
-        #   data                                                                  ~    40 s
-        #   base: 1,000 steps x 2.0 s + 4 validations + evaluate                  ~ 2,090 s
-        #   9 compressed runs: 150 steps x (1.72 | 1.78 | 1.52 s) x 3 inits
-        #                      + 2 evaluates + 1 validation each                  ~ 3,110 s
-        #   Table 6: 2 more 67M runs (4 factors, +-scalars): 150 x 2.22 s + evals ~   850 s
-        #   dense 81M-size: 1,150 steps x 1.28 s + 5 validations + evaluate      ~ 1,570 s
-        #   distilled 81M-size: 1,150 steps x 2.80 s + 5 validations + evaluate  ~ 3,320 s
-        #   total                                                                ~10,980 s = 3.05 h (~2.1 h at 1.4 s)
-        # Evaluation slices: the full wikitext-2 test (344k tokens of this BPE, 6.9x the slice) would add ~35 min
-        # over the 25 evaluate() calls, all 5,153 LAMBADA passages (10.3x) ~1.6 h; hence 50k tokens, 500 passages.
+        # The published run: the Wikipedia cpu base (wiki_base), 150 steps of continued training for each of the 9
+        # (class, init) models and Table 6's two, and the dense and distilled comparisons for ONE class, 81M (the
+        # paper's DistilGPT2-sized class: each costs the whole pretraining budget again). Evaluation slices: 50k
+        # wikitext tokens, 500 LAMBADA passages (the full sets would add ~2 h over the 25 evaluations; run times:
+        # README).
         "cpu": dict(
-            vocab_size=8192, train_docs=0, valid_docs=100, n_layer=4, n_head=4, n_embd=256, seq_len=128,
-            batch_size=16, pretrain_steps=1000, lr=1e-3, classes=["96M", "81M", "67M"],
-            inits=["van_loan", "prune", "random"], finetune_steps=150, finetune_lr=3e-4, eval_every=250,
-            table6_class="67M", table6_factors=4, baseline_classes=["81M"], distill_alpha=0.9,
-            distill_temperature=2.0, wikitext_tokens=50_000, lambada_examples=500, seed=0,
+            **WIKI_BASE["cpu"], classes=["96M", "81M", "67M"], inits=["van_loan", "prune", "random"],
+            finetune_steps=150, finetune_lr=3e-4, table6_class="67M", table6_factors=4, baseline_classes=["81M"],
+            distill_alpha=0.9, distill_temperature=2.0,
         ),
         # GPT-2 small's dims (a GPU box), still pretrained here: no pretrained weights exist in lmstudy.
         "paper": dict(
-            vocab_size=50257, train_docs=0, valid_docs=500, n_layer=12, n_head=12, n_embd=768, seq_len=1024,
-            batch_size=32, pretrain_steps=50000, lr=6e-4, classes=["96M", "81M", "67M"],
-            inits=["van_loan", "prune", "random"], finetune_steps=10000, finetune_lr=1e-4, eval_every=1000,
-            table6_class="67M", table6_factors=4, baseline_classes=["96M", "81M", "67M"], distill_alpha=0.9,
-            distill_temperature=2.0, wikitext_tokens=0, lambada_examples=0, seed=0,
+            **WIKI_BASE["paper"], classes=["96M", "81M", "67M"], inits=["van_loan", "prune", "random"],
+            finetune_steps=10000, finetune_lr=1e-4, table6_class="67M", table6_factors=4,
+            baseline_classes=["96M", "81M", "67M"], distill_alpha=0.9, distill_temperature=2.0,
         ),
     },
     # The shared base models (lmstudy.base): one BPE and one GPT-2 pretrained on every domain's
@@ -242,12 +223,10 @@ PRESETS: dict[str, dict[str, dict]] = {
             model=dict(n_layer=1, n_head=2, n_embd=32, seq_len=64), compute=2e9, batch_size=8, lr=3e-3, compile=False,
             sweep_sizes=[[1, 2, 16], [1, 2, 32]], sweep_fraction=0.5, sweep_batch_size=8, sweep_data_fraction=0.0005,
         ),
-        # About 2.5 h of the 2-core machine: 7.2e14 FLOPs is 2.5 h at 80 GFLOP/s, the model-FLOP rate of
-        # plain GPT-2 training at this size with two threads (86 GFLOP/s measured in the issue). The model
-        # is the sweep's choice (3x192: ~20 tokens per parameter at this budget, lmstudy.base.choose_size). 8k BPE (why:
-        # README "Base models"); context 256; sweep at 1/50 of the compute per size (batch 8: enough steps
-        # for the largest size), on the first 10% of
-        # each domain's pretraining text (~9M tokens: every sweep run sees fresh text only).
+        # About 2.5 h of the 2-core machine (7.2e14 FLOPs; run times: README). The model is the sweep's choice
+        # (3x192: ~20 tokens per parameter at this budget, lmstudy.base.choose_size). 8k BPE (why: README
+        # "Base models"); context 256; sweep at 1/50 of the compute per size (batch 8: enough steps for the
+        # largest size), on the first 10% of each domain's pretraining text (every sweep run sees fresh text only).
         "cpu": dict(
             data=dict(vocab_size=8192, tokenizer_sample=0.1, data_fraction=1.0, valid_tokens_per_domain=20_000),
             model=dict(n_layer=3, n_head=3, n_embd=192, seq_len=256), compute=7.2e14, batch_size=16, lr=2e-3, compile=True,

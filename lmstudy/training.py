@@ -419,6 +419,11 @@ def _save_best(run: Run, model, state: TrainState, metric: str) -> None:
         tmp.unlink(missing_ok=True)
 
 
+def count_parameters(model: torch.nn.Module) -> int:
+    """Number of distinct parameters (``parameters()`` yields a tied embedding once)."""
+    return sum(parameter.numel() for parameter in model.parameters())
+
+
 def load_weights(model: torch.nn.Module, run: Run, which: str = "best") -> torch.nn.Module:
     """Load a run's trained weights into ``model``: ``"best"`` (lowest validation metric) or ``"last"``."""
     if which == "best":

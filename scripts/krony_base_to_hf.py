@@ -6,7 +6,7 @@ Hugging Face folder, so that the evaluation protocol can score it like any model
     python -m lmstudy eval /tmp/krony-base
 
 The weights are the run's ``best/`` (safetensors); the GPT-2 config is rebuilt from the run's config.json
-exactly as ``lmstudy.krony.study.gpt2_config`` builds it.
+exactly as ``lmstudy.wiki_base.gpt2_config`` builds it.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from pathlib import Path
 from safetensors.torch import load_model
 from transformers import GPT2LMHeadModel
 
-from lmstudy.krony.study import KronyStudyConfig, gpt2_config
+from lmstudy.wiki_base import WikiBaseConfig, gpt2_config
 from lmstudy.tokenization import load_tokenizer
 
 
@@ -31,7 +31,7 @@ def main() -> None:
     if config.pop("stage", None) != "base":
         raise SystemExit(f"{args.run} is not a base run of study 03 (its config has no stage=base)")
     tokenizer = load_tokenizer(args.run / "tokenizer")
-    model = GPT2LMHeadModel(gpt2_config(KronyStudyConfig(**config), len(tokenizer)))
+    model = GPT2LMHeadModel(gpt2_config(WikiBaseConfig(**config), len(tokenizer)))
     load_model(model, str(args.run / "best" / "model.safetensors"))
     model.save_pretrained(str(args.out))
     tokenizer.save_pretrained(str(args.out))

@@ -13,9 +13,10 @@ from transformers.pytorch_utils import Conv1D
 
 from lmstudy.krony import table as krony_table
 from lmstudy.krony.model import (
-    KroneckerConfig, KroneckerLinear, compress, compressed_parameter_count, count_parameters, decompress,
+    KroneckerConfig, KroneckerLinear, compress, compressed_parameter_count, decompress,
     gpt2_parameter_count, kronecker_layers, partner_shape, prune_init, random_init, van_loan,
 )
+from lmstudy.training import count_parameters
 
 
 def tiny_config(**overrides) -> GPT2Config:

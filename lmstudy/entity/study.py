@@ -4,8 +4,8 @@ The paper fine-tunes GPT-2 small with and without Entity-Transformer blocks on C
 coreference, then compares perplexity (CoNLL test, LAMBADA), time per step, mention-representation
 similarity (Table 4), t-SNE pictures and a NER probe (Table 5). Our pipeline:
 
-1. Base model. ``cpu``/``smoke``: the small GPT-2 the Krony-PT study pretrains on our Wikipedia split
-   (:func:`lmstudy.krony.study.pretrain_base`, the preset of ``base_scale``; general English, disjoint
+1. Base model. ``cpu``/``smoke``: the small GPT-2 pretrained on our Wikipedia split, Krony-PT's base too
+   (:func:`lmstudy.wiki_base.pretrain_base`, the ``wiki_base`` preset of ``base_scale``; general English, disjoint
    from GUM, LitBank and LAMBADA), with its byte-level BPE; the same cached run serves both studies.
    ``paper``: real GPT-2 weights from ``init_from`` (a path or hub id; its tokenizer, else GPT-2's BPE from
    the data dir).
@@ -58,6 +58,7 @@ from lmstudy.entity.model import GPT2E
 from lmstudy.runs import Run, cached, canonical_json, get_run, read_log
 from lmstudy.scales import preset
 from lmstudy.training import TrainConfig, load_weights, train
+from lmstudy.wiki_base import wiki_base_config
 
 STUDY = "02_entity_transformer"
 MODELS = ("GPT2", "GPT2E")
@@ -67,7 +68,7 @@ COLOURS = {"GPT2": "tab:orange", "GPT2E": "tab:blue"}  # the paper's Figures 2-3
 
 @dataclass(frozen=True)
 class EntityStudyConfig:
-    # base model: the Krony-PT base of ``base_scale`` unless ``init_from`` names GPT-2 weights
+    # base model: the Wikipedia base (lmstudy.wiki_base) of ``base_scale`` unless ``init_from`` names GPT-2 weights
     base_scale: str = "smoke"
     init_from: str = ""
     # fine-tuning data: coreference corpora, documents per corpus (0 = all)
@@ -101,7 +102,7 @@ class EntityStudyConfig:
         """What identifies the starting weights (and tokenizer) in every run config."""
         if self.init_from:
             return {"init_from": self.init_from}
-        return {"krony_base": krony_config(self.base_scale).base_config()}
+        return {"krony_base": wiki_base_config(self.base_scale).base_config()}  # key kept: run hashes
 
     def finetune_identity(self) -> dict:
         keys = ("corpora", "train_docs", "eval_docs", "seq_len", "batch_size", "finetune_steps", "lr",
@@ -114,19 +115,11 @@ class EntityStudyConfig:
 # ---------------------------------------------------------------------------------------------------
 
 
-def krony_config(scale: str):
-    """The Krony-PT study's config at ``scale``: its base is ours (only the preset's fields it knows)."""
-    from lmstudy.krony.study import KronyStudyConfig
-
-    known = {f.name for f in dataclasses.fields(KronyStudyConfig)}
-    return KronyStudyConfig(**{k: v for k, v in preset("03_kronecker", scale).items() if k in known})
-
-
 _BASES: dict[str, tuple[GPT2LMHeadModel, object]] = {}
 
 
 def load_base(config: EntityStudyConfig) -> tuple[GPT2LMHeadModel, object]:
-    """The base GPT-2 (trained, best weights) and its tokenizer; pretrains the Krony base if needed.
+    """The base GPT-2 (trained, best weights) and its tokenizer; pretrains the Wikipedia base if needed.
 
     Loaded once per process (``initial_model`` copies the weights, the base itself is never changed).
     """
@@ -148,14 +141,14 @@ def _load_base(config: EntityStudyConfig) -> tuple[GPT2LMHeadModel, object]:
 
             tokenizer = gpt2_tokenizer()
         return model, tokenizer
-    from lmstudy.krony.study import base_run, gpt2_config, pretrain_base
     from lmstudy.tokenization import load_tokenizer
+    from lmstudy.wiki_base import base_run, gpt2_config, pretrain_base
 
-    krony = krony_config(config.base_scale)
-    pretrain_base(krony)
-    run = base_run(krony)
+    base = wiki_base_config(config.base_scale)
+    pretrain_base(base)
+    run = base_run(base)
     tokenizer = load_tokenizer(run.path / "tokenizer")
-    model = GPT2LMHeadModel(gpt2_config(krony, len(tokenizer)))
+    model = GPT2LMHeadModel(gpt2_config(base, len(tokenizer)))
     load_weights(model, run, "best")
     return model, tokenizer
 

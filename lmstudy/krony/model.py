@@ -60,7 +60,7 @@ Initialisations
 
 Parameter counting
 ------------------
-``count_parameters(model)`` counts unique parameters (tied embeddings once). ``gpt2_parameter_count``
+``lmstudy.training.count_parameters(model)`` counts unique parameters (tied embeddings once). ``gpt2_parameter_count``
 and ``compressed_parameter_count`` compute the same from a ``GPT2Config`` alone. The paper's Table 1
 counts a factor pair as ``p*q + r*t``; its "GPT2" row treats the dense matrix as ``W ⊗ (1x1)``, hence
 124,439,808 + 24 = 124,439,832.
@@ -392,11 +392,6 @@ def decompress(model: GPT2LMHeadModel) -> GPT2LMHeadModel:
 # ---------------------------------------------------------------------------------------------------
 # Parameter counting
 # ---------------------------------------------------------------------------------------------------
-
-
-def count_parameters(model: nn.Module) -> int:
-    """Number of distinct parameters (``parameters()`` yields a tied embedding once)."""
-    return sum(parameter.numel() for parameter in model.parameters())
 
 
 def factor_pair_parameters(a_shape: Shape, b_shape: Shape) -> int:

@@ -6,8 +6,9 @@ pruning or at random, then continues training and reports perplexity (wikitext, 
 compressed GPT-2s. We have no pretrained GPT-2, so the study pretrains its own small base and repeats the
 pipeline on it:
 
-1. ``base``: a small GPT-2 trained from scratch on our Wikipedia split (general English, wikitext-2 test
-   articles excluded by the split), with a byte-level BPE trained on the same documents (saved in the
+1. ``base`` (:mod:`lmstudy.wiki_base`, shared with the Entity-Transformer study): a small GPT-2 trained
+   from scratch on our Wikipedia split (general English, wikitext-2 test articles excluded by the split),
+   with a byte-level BPE trained on the same documents (saved in the
    base run, so every later stage reads the same ids).
 2. Size classes: our dims differ, so we keep the paper's *factor shapes*, not its parameter counts.
    ``c_fc`` is ``(4d, d)`` in the paper's ``(out, in)`` orientation; the 96M class is ``B = (2, 1)``
@@ -63,65 +64,38 @@ import torch.nn.functional as F
 from transformers import GPT2Config, GPT2LMHeadModel
 
 from lmstudy.claims import DOES_NOT_HOLD, HOLDS, NOT_RUN, ClaimRow, claims_table
-from lmstudy.data.splits import split_documents
-from lmstudy.evaluation import (
-    EncodedDocuments, LambadaExample, encode_documents, lambada_examples, lambada_scores, score_documents,
-    wikitext2_test_articles,
+from lmstudy.krony.model import (
+    KroneckerConfig, compress, factor_pair_parameters, gpt2_parameter_count, partner_shape, van_loan,
 )
 from lmstudy.lm_batches import LMTask
-from lmstudy.krony.model import (
-    KroneckerConfig, compress, count_parameters, factor_pair_parameters, gpt2_parameter_count, partner_shape,
-    van_loan,
-)
-from lmstudy.runs import Run, cached, get_run
-from lmstudy.tokenization import load_tokenizer, train_bpe
-from lmstudy.training import TrainConfig, load_weights, train
+from lmstudy.runs import Run, cached
+from lmstudy.training import count_parameters
+from lmstudy.wiki_base import STUDY, WikiBaseConfig, evaluate, gpt2_config, load_base, pretrain_base, train_on
 
-STUDY = "03_kronecker"
 CLASSES = ("96M", "81M", "67M")
 PAPER_RATIOS = {"96M": 95 / 124, "81M": 81 / 124, "67M": 67 / 124}  # the paper's sizes over GPT-2's 124M
 
 
 @dataclass(frozen=True)
-class KronyStudyConfig:
-    # data and tokenizer
-    vocab_size: int
-    train_docs: int  # Wikipedia train documents (BPE and training text); 0 = all
-    valid_docs: int  # Wikipedia valid documents (early-stopping metric)
-    # base model
-    n_layer: int
-    n_head: int
-    n_embd: int
-    seq_len: int
-    batch_size: int
-    pretrain_steps: int
-    lr: float
+class KronyStudyConfig(WikiBaseConfig):
+    """The base's fields (``WikiBaseConfig``: data, model, pretraining, evaluation slices) and the study's own."""
+
     # compression and continued training
     classes: list = field(default_factory=lambda: list(CLASSES))
     inits: list = field(default_factory=lambda: ["van_loan", "prune", "random"])
     finetune_steps: int = 100
     finetune_lr: float = 1e-3
-    eval_every: int = 50
     table6_class: str = "67M"  # "" skips Table 6
     table6_factors: int = 4
     # the fair comparisons (dense same-size model, distilled student) for these classes; [] = none
     baseline_classes: list = field(default_factory=lambda: list(CLASSES))
     distill_alpha: float = 0.9  # weight of the KD term (DistilGPT2: 5.0 KD : 0.5 CE)
     distill_temperature: float = 2.0  # DistilGPT2's
-    # evaluation
-    wikitext_tokens: int = 0  # 0 = the whole test set
-    lambada_examples: int = 0  # 0 = all 5,153
-    seed: int = 0
 
     def __post_init__(self) -> None:
         unknown = {*self.classes, *self.baseline_classes, *([self.table6_class] if self.table6_class else [])} - set(CLASSES)
         if unknown:
             raise ValueError(f"unknown size class(es) {sorted(unknown)}; choose from {', '.join(CLASSES)}")
-
-    def base_config(self) -> dict:
-        keys = ("vocab_size", "train_docs", "valid_docs", "n_layer", "n_head", "n_embd", "seq_len", "batch_size",
-                "pretrain_steps", "lr", "seed")
-        return {key: getattr(self, key) for key in keys}
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -145,13 +119,6 @@ def class_a_shape(name: str, n_embd: int, n_inner: int | None = None) -> tuple[i
     raise ValueError(f"unknown size class {name!r}; choose one of {', '.join(CLASSES)}")
 
 
-def gpt2_config(config: KronyStudyConfig, vocab_size: int, n_inner: int | None = None) -> GPT2Config:
-    return GPT2Config(
-        vocab_size=vocab_size, n_positions=config.seq_len, n_embd=config.n_embd, n_layer=config.n_layer,
-        n_head=config.n_head, n_inner=n_inner, bos_token_id=0, eos_token_id=0,
-    )
-
-
 def matched_dense_inner(model_config: GPT2Config, target_parameters: int) -> int:
     """The MLP hidden size whose dense GPT-2 has the parameter count closest to ``target_parameters``."""
     def size(inner: int) -> int:
@@ -164,47 +131,9 @@ def matched_dense_inner(model_config: GPT2Config, target_parameters: int) -> int
 # ---------------------------------------------------------------------------------------------------
 
 
-def _encode_documents(tokenizer, texts: list[str]) -> torch.Tensor:
-    # Documents joined by the eos token (id 0), GPT-2's convention between documents.
-    ids: list[int] = []
-    for text in texts:
-        ids.extend(tokenizer(text)["input_ids"])
-        ids.append(tokenizer.eos_token_id)
-    return torch.tensor(ids, dtype=torch.long)
-
-
-def _wiki_texts(part: str, limit: int) -> list[str]:
-    return [doc.text for doc in split_documents("wikipedia", part, limit=limit or None)]
-
-
-@dataclass
-class StudyData:
-    tokenizer: object
-    train: torch.Tensor
-    valid: torch.Tensor
-    wikitext: EncodedDocuments  # WikiText-2 test articles, detokenised (lmstudy.evaluation)
-    lambada: list[LambadaExample]
-
-
-def load_data(config: KronyStudyConfig, tokenizer) -> StudyData:
-    return StudyData(
-        tokenizer=tokenizer,
-        train=_encode_documents(tokenizer, _wiki_texts("train", config.train_docs)),
-        valid=_encode_documents(tokenizer, _wiki_texts("valid", config.valid_docs)),
-        wikitext=encode_documents(tokenizer, wikitext2_test_articles(), max_tokens=config.wikitext_tokens),
-        lambada=lambada_examples(tokenizer, config.lambada_examples),
-    )
-
-
 # ---------------------------------------------------------------------------------------------------
 # Evaluation
 # ---------------------------------------------------------------------------------------------------
-
-
-def evaluate(model: GPT2LMHeadModel, data: StudyData, config: KronyStudyConfig) -> dict:
-    """The shared protocol (module docstring, 4): WikiText-2 and LAMBADA metrics of ``model``."""
-    wikitext = score_documents(model, data.wikitext, config.seq_len, batch_size=config.batch_size, desc="wikitext2")
-    return {**wikitext.metrics("wikitext"), **lambada_scores(model, data.lambada, config.seq_len, config.batch_size)}
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -265,61 +194,6 @@ class DistillTask(LMTask):
 # ---------------------------------------------------------------------------------------------------
 
 
-def _train(model, data: StudyData, config: KronyStudyConfig, run: Run, steps: int, lr: float,
-           task: LMTask | None = None) -> dict:
-    if task is None:
-        task = LMTask(data.train, data.valid, batch_size=config.batch_size, seq_len=config.seq_len, seed=config.seed)
-    train_config = TrainConfig(
-        max_steps=steps, lr=lr, lr_schedule="cosine", warmup_steps=max(1, steps // 20),
-        eval_every=min(config.eval_every, steps), checkpoint_every=min(config.eval_every, steps),
-        seed=config.seed, log_every=max(1, steps // 10),
-    )
-    metrics = train(model, task, train_config, run)
-    load_weights(model, run, "best")
-    return metrics
-
-
-def _base_run_config(config: KronyStudyConfig) -> dict:
-    return {"stage": "base", **config.base_config()}
-
-
-def base_run(config: KronyStudyConfig) -> Run:
-    return get_run(STUDY, _base_run_config(config))
-
-
-def pretrain_base(config: KronyStudyConfig) -> dict:
-    """Stage 1 (cached): the BPE (saved in the run folder) and the pretrained dense base, evaluated."""
-    def fn(run: Run) -> dict:
-        tokenizer = train_bpe(_wiki_texts("train", config.train_docs), config.vocab_size)
-        tokenizer.save_pretrained(str(run.path / "tokenizer"))
-        data = load_data(config, tokenizer)
-        torch.manual_seed(config.seed)
-        model = GPT2LMHeadModel(gpt2_config(config, len(tokenizer)))
-        metrics = _train(model, data, config, run, config.pretrain_steps, config.lr)
-        return {**metrics, **evaluate(model, data, config), "parameters": count_parameters(model),
-                "vocab_size": len(tokenizer), "train_tokens": data.train.numel()}
-
-    return cached(STUDY, _base_run_config(config), fn)
-
-
-# Encoded data per (base run, evaluation slice): every stage of one notebook reads the same ids, so we
-# encode them once per process instead of once per run.
-_DATA: dict[tuple, StudyData] = {}
-
-
-def load_base(config: KronyStudyConfig) -> tuple[GPT2LMHeadModel, StudyData]:
-    """The trained base model (best weights) and the study data encoded with its BPE."""
-    pretrain_base(config)
-    run = base_run(config)
-    key = (str(run.path), config.wikitext_tokens, config.lambada_examples)
-    if key not in _DATA:
-        _DATA[key] = load_data(config, load_tokenizer(run.path / "tokenizer"))
-    data = _DATA[key]
-    model = GPT2LMHeadModel(gpt2_config(config, len(data.tokenizer)))
-    load_weights(model, run, "best")
-    return model, data
-
-
 def compressed_run(config: KronyStudyConfig, size_class: str, init: str, n_factors: int = 1,
                    scalars: bool = False) -> dict:
     """Stages 2-4 (cached): compress the base, evaluate, continue training, evaluate again."""
@@ -334,7 +208,7 @@ def compressed_run(config: KronyStudyConfig, size_class: str, init: str, n_facto
         kron = KroneckerConfig(a_shape=class_a_shape(size_class, config.n_embd), n_factors=n_factors, scalars=scalars)
         compress(model, kron, init, generator=torch.Generator().manual_seed(config.seed))
         before = {f"before_{key}": value for key, value in evaluate(model, data, config).items()}
-        metrics = _train(model, data, config, run, config.finetune_steps, config.finetune_lr)
+        metrics = train_on(model, data, config, run, config.finetune_steps, config.finetune_lr)
         return {**metrics, **before, **evaluate(model, data, config), "parameters": count_parameters(model),
                 "size_ratio": count_parameters(model) / base_parameters, "a_shape": list(kron.a_shape)}
 
@@ -357,7 +231,7 @@ def dense_baseline_run(config: KronyStudyConfig, target_parameters: int) -> dict
     def fn(run: Run) -> dict:
         _, data = load_base(config)
         model, inner = _matched_dense_model(config, data, target_parameters)
-        metrics = _train(model, data, config, run, config.pretrain_steps + config.finetune_steps, config.lr)
+        metrics = train_on(model, data, config, run, config.pretrain_steps + config.finetune_steps, config.lr)
         return {**metrics, **evaluate(model, data, config), "parameters": count_parameters(model), "n_inner": inner}
 
     return cached(STUDY, run_config, fn)
@@ -376,7 +250,7 @@ def distilled_run(config: KronyStudyConfig, target_parameters: int) -> dict:
         task = DistillTask(data.train, data.valid, batch_size=config.batch_size, seq_len=config.seq_len,
                            seed=config.seed, teacher=teacher, alpha=config.distill_alpha,
                            temperature=config.distill_temperature)
-        metrics = _train(model, data, config, run, config.pretrain_steps + config.finetune_steps, config.lr, task)
+        metrics = train_on(model, data, config, run, config.pretrain_steps + config.finetune_steps, config.lr, task)
         return {**metrics, **evaluate(model, data, config), "parameters": count_parameters(model), "n_inner": inner}
 
     return cached(STUDY, run_config, fn)
