@@ -40,6 +40,7 @@ from lmstudy.ctrl.serving import (
     prepare_comparison,
     stream_comparison,
 )
+from lmstudy.training import count_parameters
 
 STREAM_INTERVAL = 0.1  # seconds between two updates of the page while generating
 DEFAULT_MAX_QUEUE = 16
@@ -79,7 +80,7 @@ def _user_errors(fn):
 
 
 def _model_summary(served: ServedModel) -> str:
-    parameters = sum(p.numel() for p in served.model.parameters())
+    parameters = count_parameters(served.model)
     kind = ("control-code model: codes are special tokens" if served.kind == "control"
             else "plain causal LM: codes are typed text prefixes")
     context = f" · context {served.context} tokens" if served.context else ""

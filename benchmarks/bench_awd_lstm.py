@@ -26,6 +26,7 @@ import torch
 import torch.nn.functional as F
 
 from lmstudy.lm_batches import get_bptt_window
+from lmstudy.training import count_parameters
 from lmstudy.welch.awd_lstm import AWDLSTM, AWDLSTMConfig, AWDLSTMTask, PlainLSTMLM, detach_hidden
 
 
@@ -75,7 +76,7 @@ def main() -> None:
 
     windows = [tuple(t.to(device) for t in get_bptt_window(task.train_data, start, args.bptt))  # (B, T) each
                for start in range(0, args.bptt * (args.steps + args.warmup), args.bptt)]
-    parameters = sum(p.numel() for p in awd.parameters())
+    parameters = count_parameters(awd)
     print(f"device {device}, torch {torch.__version__}; vocab {args.vocab}, emb {args.emb}, hidden {args.hidden}, "
           f"{args.layers} layers ({parameters:,} parameters), batch {args.batch} x bptt {args.bptt}, "
           f"{args.steps} timed steps after {args.warmup} warm-up")

@@ -71,7 +71,7 @@ from lmstudy.base import BaseConfig, BaseDataConfig, BaseModelConfig, build_mode
 from lmstudy.lm_batches import lm_loss  # noqa: E402
 from lmstudy.runs import get_run  # noqa: E402
 from lmstudy.scales import preset  # noqa: E402
-from lmstudy.training import TrainConfig, build_optimizer, train  # noqa: E402
+from lmstudy.training import TrainConfig, build_optimizer, count_parameters, train  # noqa: E402
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_OUT = REPO_ROOT / "figures" / "base_throughput.csv"
@@ -231,7 +231,7 @@ def _fmt(value, spec: str) -> str:
 
 def print_table(rows: list[dict], args) -> None:
     first = rows[0]
-    params = sum(p.numel() for p in build_model(base_config(args), Vocab(args.vocab_size)).parameters())
+    params = count_parameters(build_model(base_config(args), Vocab(args.vocab_size)))
     print(f"cpu ({os.cpu_count()} cores) | torch {torch.__version__} | OMP_NUM_THREADS="
           f"{os.environ.get('OMP_NUM_THREADS', 'unset')} | load average {os.getloadavg()[0]:.2f}")
     print(f"base GPT-2 {first['n_layer']}x{first['n_embd']} ({first['n_head']} heads, {params:,} parameters), "

@@ -37,6 +37,7 @@ from lmstudy.ctrl.generation import generate_codes
 from lmstudy.ctrl.model import load_control_model
 from lmstudy.ctrl.sampling import SamplingConfig
 from lmstudy.paths import models_dir
+from lmstudy.training import count_parameters
 
 TEXT = ("The film was a long and slow affair, but the actors carried it well and the last half hour "
         "made up for much of what came before. I would watch it again.")
@@ -109,7 +110,7 @@ def main() -> None:
                 times[name].append(seconds)
     median = {name: statistics.median(values) for name, values in times.items()}
 
-    parameters = sum(p.numel() for p in model.parameters())
+    parameters = count_parameters(model)
     print(f"model {path} ({parameters / 1e6:.2f}M parameters, {len(ctrl.codes)} codes), "
           f"torch {torch.__version__}, transformers {transformers.__version__}, {args.threads} thread(s), "
           f"{'nucleus p=0.9' if args.sample else 'greedy'}; K = {len(codes)}, {n} new tokens, "

@@ -30,6 +30,7 @@ import torch
 from lmstudy.entity.data import EntityDocument, EntityLMTask, load_entity_documents
 from lmstudy.entity.model import GPT2E, GPT2EConfig
 from lmstudy.entity.study import compare_step_times
+from lmstudy.training import count_parameters
 
 GPT2_VOCAB = 50257  # the default: at small widths the output layer is a large share of a step
 
@@ -67,8 +68,8 @@ def benchmark_size(n_layer: int, n_embd: int, docs, args, device) -> dict:
     times = compare_step_times({"gpt2": gpt2, "gpt2e": gpt2e}, task, args.steps, warmup=args.warmup, device=device)
     return {
         "size": f"{n_layer}x{n_embd}",
-        "params_gpt2": sum(p.numel() for p in gpt2.parameters()),
-        "params_gpt2e": sum(p.numel() for p in gpt2e.parameters()),
+        "params_gpt2": count_parameters(gpt2),
+        "params_gpt2e": count_parameters(gpt2e),
         "gpt2_ms": 1e3 * statistics.median(times["gpt2"]),
         "gpt2e_ms": 1e3 * statistics.median(times["gpt2e"]),
         "ratio": statistics.median(e / g for e, g in zip(times["gpt2e"], times["gpt2"])),

@@ -32,7 +32,7 @@ from transformers import GPT2Config, GPT2LMHeadModel  # noqa: E402
 
 from lmstudy.lm_batches import LMTask, lm_loss  # noqa: E402
 from lmstudy.runs import get_run  # noqa: E402
-from lmstudy.training import TrainConfig, train  # noqa: E402
+from lmstudy.training import TrainConfig, count_parameters, train  # noqa: E402
 
 VOCAB = 256
 
@@ -127,7 +127,7 @@ def main() -> None:
             ours_fixed.append(total - args.steps * per_step)
 
     bare, ours = statistics.median(bare_step), statistics.median(ours_step)
-    params = sum(p.numel() for p in make_model(args).parameters())
+    params = count_parameters(make_model(args))
     print(f"device {device} | torch {torch.__version__} | threads {args.threads} | GPT-2 {args.n_layer}x{args.n_embd} "
           f"({params:,} parameters) | batch {args.batch_size}x{args.seq_len} | {args.steps} steps, first "
           f"{args.warmup} left out | median of {args.repeats}")

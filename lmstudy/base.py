@@ -53,7 +53,7 @@ from lmstudy.data.splits import BASE_DOMAINS
 from lmstudy.lm_batches import LMTask
 from lmstudy.runs import Run, atomic_write_json, cached, get_run, read_log_records
 from lmstudy.tokenization import load_tokenizer, train_bpe
-from lmstudy.training import TrainConfig, kept_checkpoint, train
+from lmstudy.training import TrainConfig, count_parameters, kept_checkpoint, train
 
 DATA_STUDY = "base_data"
 STUDY = "base"
@@ -325,7 +325,7 @@ def train_base(config: BaseConfig) -> dict:
             # Time from the log: a run resumed in another session counts its earlier sessions too.
             **metrics, "train_wall_s": _train_seconds_at(read_log_records(run.log_path), metrics["steps"]),
             "torch_threads": torch.get_num_threads(),
-            "parameters": sum(p.numel() for p in model.parameters()),
+            "parameters": count_parameters(model),
             "non_embedding_parameters": non_embedding_parameters(config.model),
             "flops_per_token": flops, "tokens": metrics["steps"] * config.tokens_per_step,
             "train_flops": flops * metrics["steps"] * config.tokens_per_step,
@@ -593,7 +593,7 @@ def export_base(config: BaseConfig, dest: Path, scale: str, evaluate=None, force
             record = {
                 "name": path.name, "path": _shown_path(path), "scale": scale, "fraction": fraction, "step": step,
                 "max_steps": config.max_steps, "tokens": tokens, "train_flops": tokens * flops,
-                "parameters": sum(p.numel() for p in model.parameters()), "train_s": _train_seconds_at(log, step),
+                "parameters": count_parameters(model), "train_s": _train_seconds_at(log, step),
                 "config": run_config(config), "run": f"{run.study}/{run.hash}", "data": data,
                 "protocol": protocol, "log": [r for r in log if r.get("step", 0) <= step],
             }

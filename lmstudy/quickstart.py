@@ -18,7 +18,7 @@ from transformers import GPT2Config, GPT2LMHeadModel
 from lmstudy.evaluation import stream_loss
 from lmstudy.lm_batches import LMTask
 from lmstudy.runs import cached, get_run, read_log
-from lmstudy.training import TrainConfig, load_weights, train
+from lmstudy.training import TrainConfig, count_parameters, train_and_restore
 from lmstudy.word_lm import load_word_lm
 
 STUDY = "00_quickstart"
@@ -40,6 +40,7 @@ class QuickstartConfig:
 
 
 def build_model(config: QuickstartConfig, vocab_size: int) -> GPT2LMHeadModel:
+    """A freshly initialised GPT-2 of ``config``'s size over ``vocab_size`` tokens (seeded by ``config.seed``)."""
     torch.manual_seed(config.seed)
     return GPT2LMHeadModel(GPT2Config(
         vocab_size=vocab_size, n_positions=config.seq_len, n_embd=config.n_embd,
@@ -62,11 +63,13 @@ def run(config: QuickstartConfig) -> dict:
             warmup_steps=max(1, config.max_steps // 20), eval_every=config.eval_every,
             checkpoint_every=config.eval_every, seed=config.seed, log_every=max(1, config.eval_every // 5),
         )
-        metrics = train(model, task, train_config, run_)
-        load_weights(model, run_, "best")
-        metrics["test_loss"] = stream_loss(model, data.test, config.seq_len, config.batch_size)
-        metrics["test_ppl"] = float(torch.tensor(metrics["test_loss"]).exp())
-        metrics["parameters"] = sum(p.numel() for p in model.parameters())
+
+        def test(model) -> dict:
+            loss = stream_loss(model, data.test, config.seq_len, config.batch_size)
+            return {"test_loss": loss, "test_ppl": float(torch.tensor(loss).exp())}
+
+        metrics = train_and_restore(model, task, train_config, run_, evaluate=test)
+        metrics["parameters"] = count_parameters(model)
         metrics["vocab_size"] = len(data.vocab)
         return metrics
 

@@ -56,7 +56,8 @@ Decisions:
   reads them (or the last checkpoint) back for test-set evaluation. ``train`` returns the final
   evaluation's metrics, the same metrics prefixed ``best_`` for the best evaluation, and
   ``steps``, ``epochs`` (completed passes), ``best_step``, ``stopped_early``. After ``train`` the
-  model object holds the *final* weights.
+  model object holds the *final* weights; ``train_and_restore`` (what the studies call) trains, loads
+  the best weights back and optionally merges an evaluation of them into the metrics.
 - Several processes: each takes every n-th batch of ``batches(epoch)`` (complete groups only, so
   all ranks make the same number of steps); every rank evaluates on the full validation data;
   only the main process writes logs and checkpoints. Exact resume is guaranteed on one process.
@@ -82,7 +83,7 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Iterator
+from typing import Any, Callable, Iterable, Iterator
 
 import numpy as np
 import torch
@@ -633,3 +634,20 @@ def train(model: torch.nn.Module, task: TrainTask, config: TrainConfig, run: Run
         if log_file is not None:
             log_file.close()
     return _final_metrics(state)
+
+
+def train_and_restore(model: torch.nn.Module, task: TrainTask, config: TrainConfig, run: Run,
+                      evaluate: Callable[[torch.nn.Module], dict] | None = None) -> dict:
+    """``train`` (or resume, or just read back a finished run), then load the run's best weights into ``model``.
+
+    The "train, restore the best weights, evaluate" sequence of every study. The best weights are those of
+    the lowest ``config.early_stopping_metric`` (``load_weights(model, run, "best")``); a run whose
+    evaluations never reported that metric has no best weights, so ``model`` keeps the last ones (those of
+    the final checkpoint, which ``train`` leaves in it). Returns ``train``'s metrics, merged with
+    ``evaluate(model)``'s (computed with the restored weights) when ``evaluate`` is given.
+    """
+    metrics = train(model, task, config, run)
+    load_weights(model, run, "best" if "best_step" in metrics else "last")
+    if evaluate is not None:
+        metrics = {**metrics, **evaluate(model)}
+    return metrics

@@ -28,7 +28,7 @@ from lmstudy.lm_batches import LMTask
 from lmstudy.runs import Run, cached, get_run
 from lmstudy.scales import preset
 from lmstudy.tokenization import load_tokenizer, train_bpe
-from lmstudy.training import TrainConfig, count_parameters, load_weights, train
+from lmstudy.training import TrainConfig, count_parameters, load_weights, train_and_restore
 
 STUDY = "03_kronecker"  # the published runs' folder: moving it would orphan every archived run
 
@@ -129,9 +129,7 @@ def train_on(model, data: WikiData, config: WikiBaseConfig, run: Run, steps: int
         eval_every=min(config.eval_every, steps), checkpoint_every=min(config.eval_every, steps),
         seed=config.seed, log_every=max(1, steps // 10),
     )
-    metrics = train(model, task, train_config, run)
-    load_weights(model, run, "best")
-    return metrics
+    return train_and_restore(model, task, train_config, run)
 
 
 def _base_run_config(config: WikiBaseConfig) -> dict:

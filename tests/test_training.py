@@ -26,7 +26,9 @@ from lmstudy.lm_batches import (
 )
 from lmstudy.paths import REPO_ROOT
 from lmstudy.runs import cached, get_run, read_log_records
-from lmstudy.training import TrainConfig, TrainTask, latest_checkpoint, load_weights, lr_multiplier, train
+from lmstudy.training import (
+    TrainConfig, TrainTask, latest_checkpoint, load_weights, lr_multiplier, train, train_and_restore,
+)
 
 sys.path.insert(0, str(Path(__file__).parent))
 from train_tiny import VOCAB, synthetic_stream  # noqa: E402  (also pins torch to 1 thread)
@@ -245,6 +247,25 @@ def test_early_stopping_stops_and_keeps_the_best_weights():
     assert train(nn.Linear(3, 1), task, config, run) == metrics
     with pytest.raises(ValueError, match="another TrainConfig"):
         train(nn.Linear(3, 1), task, TrainConfig(max_steps=100, eval_every=5, lr=0.02), run)
+
+
+def test_train_and_restore_leaves_the_best_weights_and_merges_their_evaluation():
+    task = ScriptedValidationTask([3.0, 2.0, 2.5])
+    config = TrainConfig(max_steps=15, eval_every=5, lr=0.01)
+    model = nn.Linear(3, 1)
+    metrics = train_and_restore(model, task, config, get_run("restore", {"train": config}),
+                                evaluate=lambda m: {"test_weight": m.weight.sum().item(), "steps": -1})
+    assert metrics["best_step"] == 10 and metrics["val_loss"] == 2.5
+    assert all(torch.equal(model.state_dict()[k], task.snapshots[1][k]) for k in task.snapshots[1])
+    assert metrics["test_weight"] == model.weight.sum().item()  # evaluated with the best weights
+    assert metrics["steps"] == -1 and list(metrics)[-1] == "test_weight"  # merged over train's metrics
+
+    # A run whose evaluations never report the early-stopping metric has no best weights: the last stay.
+    config = TrainConfig(max_steps=10, eval_every=5, lr=0.01, early_stopping_metric="val_other")
+    model = nn.Linear(3, 1)
+    metrics = train_and_restore(model, ScriptedValidationTask([3.0, 2.0]), config, get_run("last", {"t": config}))
+    assert "best_step" not in metrics
+    assert torch.equal(model.weight, load_weights(nn.Linear(3, 1), get_run("last", {"t": config}), "last").weight)
 
 
 def test_mixed_precision_can_change_between_runs_of_one_process():

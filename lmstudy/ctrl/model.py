@@ -33,7 +33,7 @@ from lmstudy.ctrl.data import CodedTexts, MixtureConfig, build_task, build_token
 from lmstudy.runs import Run, cached, get_run
 from lmstudy.scales import preset
 from lmstudy.tokenization import load_tokenizer
-from lmstudy.training import TrainConfig, load_weights, train
+from lmstudy.training import TrainConfig, count_parameters, train_and_restore
 
 STUDY = "04_control_codes"
 CODES_FILE = "control_codes.json"
@@ -200,10 +200,9 @@ def fit(config: ControlConfig, texts: CodedTexts, run: Run) -> dict:
         tokenizer.save_pretrained(tokenizer_dir)
         model = build_model(config, tokenizer)
     task = build_task(texts, tokenizer, config.batch_size, config.seq_len, config.mixture, seed=config.seed)
-    metrics = train(model, task, config.train_config(), run)
-    load_weights(model, run, "best")
+    metrics = train_and_restore(model, task, config.train_config(), run)
     save_control_model(model, tokenizer, task.weights, run.path / "model")
-    return {**metrics, "parameters": sum(p.numel() for p in model.parameters()),
+    return {**metrics, "parameters": count_parameters(model),
             "train_tokens": {name: int(ids.numel()) for name, ids in task.train_streams.items()},
             "mixture": task.weights}
 

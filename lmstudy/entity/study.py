@@ -57,7 +57,7 @@ from lmstudy.evaluation import lambada_examples, lambada_scores
 from lmstudy.entity.model import GPT2E
 from lmstudy.runs import Run, cached, canonical_json, get_run, read_log
 from lmstudy.scales import preset
-from lmstudy.training import TrainConfig, load_weights, train
+from lmstudy.training import TrainConfig, count_parameters, load_weights, train_and_restore
 from lmstudy.wiki_base import wiki_base_config
 
 STUDY = "02_entity_transformer"
@@ -238,15 +238,14 @@ def finetune_run(config: EntityStudyConfig, name: str, seed: int) -> dict:
             log_every=max(1, min(config.eval_every, steps) // 10), mixed_precision=config.mixed_precision,
         )
         start = time.perf_counter()
-        metrics = train(model, task, train_config, run)
+        metrics = train_and_restore(model, task, train_config, run)
         seconds = time.perf_counter() - start  # this session's share when resumed
-        load_weights(model, run, "best")
         evaluate = dict(seq_len=config.seq_len, batch_size=config.batch_size, pad_id=tokenizer.eos_token_id)
         test_loss = entity_stream_loss(model, docs["test"], **evaluate)
         results = {**metrics, "test_loss": test_loss, "test_ppl": math.exp(test_loss),
                    **lambada_scores(model, lambada_examples(tokenizer, config.lambada_examples),
                                     base.config.n_positions, config.batch_size),
-                   "train_seconds": seconds, "parameters": sum(p.numel() for p in model.parameters()),
+                   "train_seconds": seconds, "parameters": count_parameters(model),
                    "train_docs": len(docs["train"]), "train_tokens": sum(len(d.input_ids) for d in docs["train"])}
         if model.has_entity_layers:
             no_entities = entity_stream_loss(model, without_entities(docs["test"]), **evaluate)
@@ -472,10 +471,10 @@ def ner_run(config: EntityStudyConfig, name: str, seed: int) -> dict:
         torch.manual_seed(seed)
         tagger = BiLSTMTagger(model.config.n_embd, config.ner_hidden, len(tags))
         epoch = task.steps_per_epoch()
-        train(tagger, task, TrainConfig(max_epochs=config.ner_epochs, max_steps=config.ner_epochs * epoch,
-                                        lr=config.ner_lr, optimizer="adamw", eval_every=epoch, checkpoint_every=epoch,
-                                        early_stopping_patience=2, seed=seed, log_every=max(1, epoch // 4)), run)
-        load_weights(tagger, run, "best")
+        train_and_restore(tagger, task, TrainConfig(
+            max_epochs=config.ner_epochs, max_steps=config.ner_epochs * epoch, lr=config.ner_lr, optimizer="adamw",
+            eval_every=epoch, checkpoint_every=epoch, early_stopping_patience=2, seed=seed,
+            log_every=max(1, epoch // 4)), run)
         scores = span_scores([s.tags for s in sentences["test"]], predict_tags(tagger, sentences["test"], tags))
         return {"scores": scores.to_dict("records"), "tags": tags}
 

@@ -45,9 +45,8 @@ Our reading of each experiment:
   GPT-2's random ones (the LSTM's random rows are uniform in +-0.1, so there the gap is ~6x).
 
 Runs whose data and vectors are those of notebook 01 are ``embedding_init.run`` runs (same cache).
-The others (another vector source, more LM data) are runs of this study: ``train_awd_lstm`` below
-repeats ``embedding_init.run``'s training recipe with the data and the vector domain passed in
-(see the report: folding both into one function needs a change to ``embedding_init``).
+The others (another vector source, more LM data) are runs of this study, trained by the same function
+as ``embedding_init.run``'s (``embedding_init.train_awd_lstm``) with the data and the vector domain passed in.
 """
 
 from __future__ import annotations
@@ -55,7 +54,7 @@ from __future__ import annotations
 import functools
 import math
 import time
-from dataclasses import asdict, dataclass, fields, replace
+from dataclasses import asdict, dataclass, fields
 
 import matplotlib.pyplot as plt
 import pandas as pd
@@ -69,15 +68,14 @@ from lmstudy.data.splits import iter_split_sentences, load_split, split_tokens
 from lmstudy.welch.embeddings import PretrainConfig, align_to_vocab, load_glove, pretrained_vectors
 from lmstudy.evaluation import stream_loss
 from lmstudy.lm_batches import LMTask
-from lmstudy.welch.awd_lstm import AWDLSTMTask, carried_state_loss
 from lmstudy.welch.embedding_config import SECTION3_CONFIGS, EmbeddingConfig, apply_embedding_config
 from lmstudy.runs import cached
 from lmstudy.welch import study as embedding_init
-from lmstudy.welch.study import EmbeddingInitConfig, build_model
+from lmstudy.welch.study import EmbeddingInitConfig
 from lmstudy.quickstart import QuickstartConfig
 from lmstudy.quickstart import build_model as build_gpt2
 from lmstudy.text import Vocab
-from lmstudy.training import TrainConfig, load_weights, train
+from lmstudy.training import TrainConfig, count_parameters, train_and_restore
 from lmstudy.word_lm import WordLMData, first_tokens, load_word_lm
 
 STUDY = "01b_embedding_init_extended"
@@ -179,37 +177,19 @@ def load_data(config: ExtendedConfig) -> WordLMData:
                       evaluation["valid"])
 
 
-def train_awd_lstm(config: EmbeddingInitConfig, data: WordLMData, vectors_domain: str, run_) -> dict:
-    """``embedding_init.run``'s recipe with the data and the vector domain passed in."""
-    # build_model reads the vector domain from config.domain (it is not used for the data, passed here).
-    model, facts = build_model(replace(config, domain=vectors_domain), data)
-    task = AWDLSTMTask(data.train, data.valid, batch_size=config.batch_size, bptt=config.bptt,
-                       eval_batch_size=config.eval_batch_size, alpha=config.alpha, beta=config.beta,
-                       nonmono=config.nonmono, seed=config.seed)
-    eval_every = max(1, task.steps_per_epoch // config.evals_per_epoch)
-    start = time.perf_counter()
-    metrics = train(model, task, TrainConfig(
-        max_epochs=config.max_epochs, max_steps=config.max_steps or None, optimizer="sgd", lr=config.lr,
-        weight_decay=config.weight_decay, grad_clip=config.grad_clip, eval_every=eval_every,
-        checkpoint_every=eval_every, early_stopping_patience=config.patience or None, seed=config.seed,
-        log_every=max(1, eval_every // 5)), run_)
-    metrics["train_wall_s"] = time.perf_counter() - start
-    load_weights(model, run_, "best")
-    metrics["val_loss"], metrics["val_ppl"] = metrics["best_val_loss"], metrics["best_val_ppl"]
-    metrics["test_loss"] = carried_state_loss(model, data.test, config.test_batch_size, config.bptt)
-    metrics["test_ppl"] = math.exp(metrics["test_loss"])
-    metrics["vocab_size"] = len(data.vocab)
-    metrics["train_tokens_used"] = int(data.train.numel())
-    return {**metrics, **facts}
-
-
 def run_extended(config: ExtendedConfig) -> dict:
-    """Metrics of one AWD-LSTM run (cached): ``embedding_init.run`` for the base cell, else this study's."""
+    """Metrics of one AWD-LSTM run (cached): ``embedding_init.run`` for the base cell, else this study's
+    (``embedding_init.train_awd_lstm`` on :func:`load_data`'s data, with the vectors of ``vectors_from``)."""
     if config.is_base:
         return embedding_init.run(config.base)
     vectors_domain = config.vectors_from or config.base.domain
-    return cached(STUDY, {"kind": "awd_lstm", **asdict(config)},
-                  lambda run_: train_awd_lstm(config.base, load_data(config), vectors_domain, run_))
+
+    def fn(run_) -> dict:
+        data = load_data(config)
+        metrics = embedding_init.train_awd_lstm(config.base, data, run_, vectors_domain)
+        return {**metrics, "train_tokens_used": int(data.train.numel())}
+
+    return cached(STUDY, {"kind": "awd_lstm", **asdict(config)}, fn)
 
 
 # --- the grid -----------------------------------------------------------------------------------
@@ -492,12 +472,11 @@ def run_transformer(config: TransformerConfig) -> dict:
                 model = build_gpt2(q, len(data.vocab))
         task = LMTask(train_ids, valid_ids, batch_size=q.batch_size, seq_len=q.seq_len, seed=q.seed)
         start = time.perf_counter()
-        metrics = train(model, task, TrainConfig(
+        metrics = train_and_restore(model, task, TrainConfig(
             max_steps=q.max_steps, lr=q.lr, lr_schedule="cosine", warmup_steps=max(1, q.max_steps // 20),
             eval_every=q.eval_every, checkpoint_every=q.eval_every, seed=q.seed,
             log_every=max(1, q.eval_every // 5)), run_)
         metrics["train_wall_s"] = time.perf_counter() - start
-        load_weights(model, run_, "best")
         metrics["val_loss"], metrics["val_ppl"] = metrics["best_val_loss"], metrics["best_val_ppl"]
         metrics["test_loss"] = stream_loss(model, test_ids, q.seq_len, q.batch_size)
         metrics["test_ppl"] = math.exp(metrics["test_loss"])
@@ -505,7 +484,7 @@ def run_transformer(config: TransformerConfig) -> dict:
             # Total loss spread over words: rough, see the module docstring.
             metrics["val_ppl_per_word"] = math.exp(metrics["val_loss"] * (len(valid_ids) - 1) / valid_words)
             metrics["test_ppl_per_word"] = math.exp(metrics["test_loss"] * (len(test_ids) - 1) / test_words)
-        metrics["parameters"] = sum(p.numel() for p in model.parameters())
+        metrics["parameters"] = count_parameters(model)
         return {**metrics, **facts}
 
     key = {"kind": "transformer", **asdict(config)}
@@ -624,4 +603,4 @@ __all__ = ["CONFIG_SETS", "ExtendedConfig", "GPT2WithEmbeddings", "LABELS", "PAP
            "PAPER_TABLE3_UNK", "PAPER_TABLE5", "PAPER_TABLE6", "PAPER_TABLE7", "STUDY", "TransformerConfig",
            "base_fields", "bpe_stream", "claims", "comparison_figure", "format_summary", "load_data", "run_cells",
            "run_extended", "run_ngram", "run_transformer", "table2", "table3", "table5", "table6", "table7",
-           "train_awd_lstm", "transformer_config", "transformer_table", "unk_table"]
+           "transformer_config", "transformer_table", "unk_table"]

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 
 import torch
 
@@ -39,7 +39,7 @@ from lmstudy.welch.awd_lstm import AWDLSTM, AWDLSTMConfig, AWDLSTMTask, carried_
 from lmstudy.welch.embedding_config import EmbeddingConfig, apply_embedding_config
 from lmstudy.runs import cached
 from lmstudy.scales import preset
-from lmstudy.training import TrainConfig, load_weights, train
+from lmstudy.training import TrainConfig, count_parameters, train_and_restore
 from lmstudy.word_lm import WordLMData, load_word_lm
 
 STUDY = "01_embedding_init"
@@ -130,38 +130,44 @@ def build_model(config: EmbeddingInitConfig, data: WordLMData) -> tuple[AWDLSTM,
 def run(config: EmbeddingInitConfig) -> dict:
     """Train (or fetch from the run cache) one configuration; returns its metrics."""
     data = load_word_lm(config.domain, config.unk_cutoff, config.train_tokens, config.eval_tokens)
+    return cached(STUDY, asdict(config), lambda run_: train_awd_lstm(config, data, run_))
 
-    def train_and_test(run_) -> dict:
-        model, facts = build_model(config, data)
-        task = AWDLSTMTask(data.train, data.valid, batch_size=config.batch_size, bptt=config.bptt,
-                           eval_batch_size=config.eval_batch_size, alpha=config.alpha, beta=config.beta,
-                           nonmono=config.nonmono, seed=config.seed)
-        eval_every = max(1, task.steps_per_epoch // config.evals_per_epoch)
-        train_config = TrainConfig(
-            max_epochs=config.max_epochs, max_steps=config.max_steps or None, optimizer="sgd", lr=config.lr,
-            weight_decay=config.weight_decay, grad_clip=config.grad_clip, eval_every=eval_every,
-            checkpoint_every=eval_every, early_stopping_patience=config.patience or None,
-            seed=config.seed, log_every=max(1, eval_every // 5),
-        )
-        start = time.perf_counter()
-        metrics = train(model, task, train_config, run_)
-        metrics["train_wall_s"] = time.perf_counter() - start  # this session only when a run resumed
-        metrics["final_val_ppl"] = metrics["val_ppl"]
-        # Valid and test with the best weights (averaged under ASGD), as awd-lstm-lm reports them.
-        load_weights(model, run_, "best")
-        metrics["val_loss"], metrics["val_ppl"] = metrics["best_val_loss"], metrics["best_val_ppl"]
-        metrics["test_loss"] = carried_state_loss(model, data.test, config.test_batch_size, config.bptt)
-        metrics["test_ppl"] = math.exp(metrics["test_loss"])
-        # The step of the first evaluation made with ASGD's averages (None: never switched).
-        switched = [r["step"] for r in run_history(run_) if r.get("averaged")]
-        metrics["asgd_from_step"] = switched[0] if switched else None
-        metrics["parameters"] = sum(p.numel() for p in model.parameters())
-        metrics["trainable_parameters"] = sum(p.numel() for p in model.parameters() if p.requires_grad)
-        metrics["vocab_size"] = len(data.vocab)
-        metrics.update(facts)
-        return metrics
 
-    return cached(STUDY, asdict(config), train_and_test)
+def train_awd_lstm(config: EmbeddingInitConfig, data: WordLMData, run_, vectors_domain: str | None = None) -> dict:
+    """Train the AWD-LSTM of ``config`` on ``data`` into ``run_`` (resuming), test its best weights; its metrics.
+
+    The recipe of every AWD-LSTM run: :func:`run`'s (``data`` = ``config``'s) and those of
+    ``lmstudy.welch.extended`` (more LM data, another vector source). ``vectors_domain``: the domain whose
+    pretraining split the vectors come from, when it is not ``config.domain`` (:func:`build_model` reads it
+    from ``config.domain``, which is used for nothing else here: the data are passed in).
+    """
+    model, facts = build_model(replace(config, domain=vectors_domain) if vectors_domain else config, data)
+    task = AWDLSTMTask(data.train, data.valid, batch_size=config.batch_size, bptt=config.bptt,
+                       eval_batch_size=config.eval_batch_size, alpha=config.alpha, beta=config.beta,
+                       nonmono=config.nonmono, seed=config.seed)
+    eval_every = max(1, task.steps_per_epoch // config.evals_per_epoch)
+    train_config = TrainConfig(
+        max_epochs=config.max_epochs, max_steps=config.max_steps or None, optimizer="sgd", lr=config.lr,
+        weight_decay=config.weight_decay, grad_clip=config.grad_clip, eval_every=eval_every,
+        checkpoint_every=eval_every, early_stopping_patience=config.patience or None,
+        seed=config.seed, log_every=max(1, eval_every // 5),
+    )
+    start = time.perf_counter()
+    # Valid and test with the best weights (averaged under ASGD), as awd-lstm-lm reports them.
+    metrics = train_and_restore(model, task, train_config, run_)
+    metrics["train_wall_s"] = time.perf_counter() - start  # this session only when a run resumed
+    metrics["final_val_ppl"] = metrics["val_ppl"]
+    metrics["val_loss"], metrics["val_ppl"] = metrics["best_val_loss"], metrics["best_val_ppl"]
+    metrics["test_loss"] = carried_state_loss(model, data.test, config.test_batch_size, config.bptt)
+    metrics["test_ppl"] = math.exp(metrics["test_loss"])
+    # The step of the first evaluation made with ASGD's averages (None: never switched).
+    switched = [r["step"] for r in run_history(run_) if r.get("averaged")]
+    metrics["asgd_from_step"] = switched[0] if switched else None
+    metrics["parameters"] = count_parameters(model)
+    metrics["trainable_parameters"] = sum(p.numel() for p in model.parameters() if p.requires_grad)
+    metrics["vocab_size"] = len(data.vocab)
+    metrics.update(facts)
+    return metrics
 
 
 def run_history(run_) -> list[dict]:
@@ -172,4 +178,4 @@ def run_history(run_) -> list[dict]:
 
 
 __all__ = ["DATA_SETTINGS", "STUDY", "EmbeddingInitConfig", "build_model",
-           "make_config", "run", "run_history"]
+           "make_config", "run", "run_history", "train_awd_lstm"]
