@@ -56,7 +56,6 @@ from lmstudy.entity.probes import (
 from lmstudy.evaluation import lambada_examples, lambada_scores
 from lmstudy.entity.model import GPT2E
 from lmstudy.runs import Run, cached, canonical_json, get_run, read_log
-from lmstudy.scales import preset
 from lmstudy.training import TrainConfig, count_parameters, load_weights, train_and_restore
 from lmstudy.wiki_base import wiki_base_config
 
