@@ -58,6 +58,7 @@ def _run_study(args) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    """The ``lmstudy`` argument parser: the data and study commands, then every paper's and tool's commands."""
     parser = argparse.ArgumentParser(prog="lmstudy", description=__doc__.split("\n\n")[0])
     subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     _add_data_command(subparsers)
@@ -85,6 +86,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run one command of ``argv`` (default: the process's arguments); returns the exit code (2: bad input)."""
     args = build_parser().parse_args(argv)
     try:
         return int(args.handler(args) or 0)

@@ -87,6 +87,7 @@ def _protocol_for_card(args):
 
 
 def register(subparsers) -> None:
+    """Add ``base sweep | train | export`` to the ``lmstudy`` command line."""
     from lmstudy.scales import SCALES
 
     base = subparsers.add_parser("base", help="the shared base models: sweep, train, export (lmstudy.base)",

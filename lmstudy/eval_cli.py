@@ -17,6 +17,7 @@ DTYPES = ("float32", "bfloat16", "float16", "auto")
 
 
 def register(subparsers) -> None:
+    """Add ``eval PATH`` to the ``lmstudy`` command line."""
     parser = subparsers.add_parser(
         "eval", help="perplexity per token / word / byte on WikiText-2, LAMBADA and held-out domains",
         description="Score a local Hugging Face causal LM folder with lmstudy's evaluation protocol "
@@ -65,6 +66,7 @@ def load_local_model(path: str | Path, device: str | None = None, dtype: str = "
 
 
 def run(args: argparse.Namespace) -> int:
+    """``eval PATH``: score the model folder with the protocol, print the table (and write ``--json``); returns 0."""
     from lmstudy.evaluation import EvalConfig, context_size, evaluate_model, format_table
 
     model, tokenizer = load_local_model(args.path, args.device, args.dtype)

@@ -138,6 +138,7 @@ def lm_loss(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, reduction:
 
 
 def model_device(model: torch.nn.Module) -> torch.device:
+    """The device of the model's (first) parameters."""
     return next(model.parameters()).device
 
 
@@ -166,6 +167,7 @@ def stream_loss(model: torch.nn.Module, ids: torch.Tensor, seq_len: int, batch_s
 
 
 def stream_perplexity(model: torch.nn.Module, ids: torch.Tensor, seq_len: int, batch_size: int) -> float:
+    """Perplexity of ``model`` over the 1-D stream ``ids``: exp of :func:`stream_loss`."""
     return math.exp(stream_loss(model, ids, seq_len, batch_size))
 
 
@@ -425,6 +427,8 @@ def score_texts(model: torch.nn.Module, tokenizer, texts: Iterable[str], seq_len
 
 @dataclass
 class LambadaExample:
+    """One LAMBADA passage for :func:`score_lambada`: context and target ids, the continuation's text."""
+
     context: list[int]  # token ids of the passage before the continuation
     target: list[int]  # token ids of the continuation (whitespace + last word)
     continuation: str  # its text: the bytes of the per-byte figure
@@ -474,6 +478,8 @@ def wilson_interval(successes: int, trials: int, confidence: float = CONFIDENCE)
 
 @dataclass
 class LambadaScore:
+    """What :func:`score_lambada` counts: correct greedy last words, passages, target NLL, tokens, bytes."""
+
     correct: int
     examples: int
     nll: float  # nats, summed over every target token
@@ -570,6 +576,8 @@ def context_size(model: torch.nn.Module) -> int:
 
 @dataclass
 class EvalConfig:
+    """What :func:`evaluate_model` scores: window length, stride and batch, benchmark slices, held-out domains."""
+
     seq_len: int | None = None  # window length; None = the model's context size
     stride: int | None = None  # None = seq_len (non-overlapping windows)
     batch_size: int = 4  # windows (LAMBADA: 4x as many passages) per forward pass

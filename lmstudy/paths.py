@@ -22,6 +22,7 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 
 
 def data_dir() -> Path:
+    """The corpora: ``$LMSTUDY_DATA``, else ``shared/data`` beside the checkout, else ``~/.cache/lmstudy/data``."""
     if "LMSTUDY_DATA" in os.environ:
         return Path(os.environ["LMSTUDY_DATA"]).expanduser()
     beside_checkout = REPO_ROOT.parent / "shared" / "data"
@@ -31,6 +32,7 @@ def data_dir() -> Path:
 
 
 def runs_dir() -> Path:
+    """The run cache: ``$LMSTUDY_RUNS``, else ``runs/`` in the checkout."""
     return Path(os.environ.get("LMSTUDY_RUNS", REPO_ROOT / "runs")).expanduser()
 
 
@@ -57,4 +59,5 @@ def models_dir(scale: str | None = None) -> Path:
 
 
 def notebooks_dir() -> Path:
+    """The study notebooks: ``notebooks/`` in the checkout."""
     return REPO_ROOT / "notebooks"

@@ -26,6 +26,8 @@ STUDY = "00_quickstart"
 
 @dataclass(frozen=True)
 class QuickstartConfig:
+    """One quick-start run: the GPT-2's size, the training recipe and how much PTB text it reads."""
+
     n_layer: int
     n_head: int
     n_embd: int

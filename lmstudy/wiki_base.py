@@ -35,6 +35,8 @@ STUDY = "03_kronecker"  # the published runs' folder: moving it would orphan eve
 
 @dataclass(frozen=True)
 class WikiBaseConfig:
+    """The Wikipedia base: BPE and data sizes, the GPT-2's size and pretraining recipe, the evaluation slices."""
+
     # data and tokenizer
     vocab_size: int
     train_docs: int  # Wikipedia train documents (BPE and training text); 0 = all

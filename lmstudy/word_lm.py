@@ -18,6 +18,8 @@ from lmstudy.text import Vocab
 
 @dataclass
 class WordLMData:
+    """A domain's word-level LM data: the vocabulary, train/valid/test id streams, the valid sentences as words."""
+
     vocab: Vocab
     train: torch.Tensor  # (L,) ids, <eos> after every sentence
     valid: torch.Tensor

@@ -138,3 +138,14 @@ def test_the_checks_catch_lazy_imports(tmp_path, monkeypatch):
     ]
     assert find_cycle(import_graph()) == ["lmstudy.entity.study", "lmstudy.training", "lmstudy.krony.study",
                                           "lmstudy.entity.study"]
+
+
+def test_every_public_function_and_class_has_a_docstring():
+    missing = [
+        f"{path.relative_to(PACKAGE.parent)}: {node.name}"
+        for path in sorted(PACKAGE.rglob("*.py"))
+        for node in ast.parse(path.read_text(), str(path)).body
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
+        and not node.name.startswith("_") and not ast.get_docstring(node)
+    ]
+    assert not missing, "public module-level functions and classes without a docstring:\n" + "\n".join(missing)

@@ -79,6 +79,7 @@ class ControlCode:
 
 
 def code_token(name: str) -> str:
+    """``Reviews`` -> ``<|Reviews|>``: the special token of a code name."""
     return f"{CODE_PREFIX}{name}{CODE_SUFFIX}"
 
 

@@ -35,6 +35,8 @@ from lmstudy.ctrl.sampling import SamplingConfig, build_processors, next_token
 
 @dataclass
 class Generation:
+    """One column of :func:`generate_codes`: its code, the prompt, the continuation (text and ids), the seed."""
+
     code: str
     prompt: str
     text: str  # the continuation only

@@ -125,6 +125,8 @@ def pretrained_with_codes(init_from: str, codes: list[str]):
 
 @dataclass
 class ControlModel:
+    """A loaded control-code model: the model, its tokenizer, its codes and its training mixture."""
+
     model: torch.nn.Module
     tokenizer: object
     codes: list[str]

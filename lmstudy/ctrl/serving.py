@@ -324,6 +324,7 @@ def sampling_config(decoding: str, temperature, top_k, top_p, penalty: str, thet
 
 
 def check_max_new_tokens(value, served: ServedModel) -> int:
+    """The page's max new tokens as an int in 1..``served.max_new_tokens``, else an ``InputError``."""
     count = _number(value, "max new tokens", int)
     cap = served.max_new_tokens
     if not 1 <= count <= cap:
@@ -333,6 +334,7 @@ def check_max_new_tokens(value, served: ServedModel) -> int:
 
 
 def check_seed(value) -> int:
+    """The page's seed as an int in [0, 2^63), else an ``InputError``."""
     seed = _number(value, "seed", int)
     if not 0 <= seed < 2**63:
         raise InputError(f"The seed must be between 0 and 2^63 - 1, got {seed}.")

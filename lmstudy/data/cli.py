@@ -74,6 +74,7 @@ def _format_count(count: int | None) -> str:
 
 
 def run_list(args) -> int:
+    """``data list``: print the corpus table (``-v``: each corpus' details and counts per part); returns 0."""
     rows = []
     for corpus in CATALOGUE.values():
         present = corpus_present(corpus)
@@ -106,6 +107,7 @@ def run_list(args) -> int:
 
 
 def run_verify(args) -> int:
+    """``data verify``: check every data file's sha256; returns 0, 1 naming each problem, 2 for an unknown corpus."""
     try:
         names = [get_corpus(name).name for name in args.names]
     except UnknownCorpusError as error:
@@ -125,6 +127,7 @@ def run_verify(args) -> int:
 
 
 def run_fetch(args) -> int:
+    """``data fetch``: download each named corpus; returns 0, 1 when a download fails, 2 for an unknown corpus."""
     from lmstudy.data.fetch import FetchError, fetch  # urllib & co. only when fetching
 
     try:

@@ -180,6 +180,7 @@ class Split:
 # --- reading a domain ---------------------------------------------------------------------------
 
 def document_key(corpus: str, document: Document) -> str:
+    """A document's key, unique across corpora: ``corpus:doc_id``."""
     return f"{corpus}:{document.doc_id}"
 
 
@@ -202,6 +203,7 @@ def document_sentences(domain: str, document: Document) -> list[list[str]]:
 
 
 def get_domain(domain: str) -> DomainSpec:
+    """The ``DomainSpec`` of ``domain``; a ``KeyError`` naming the domains with splits otherwise."""
     if domain not in DOMAINS:
         raise KeyError(f"unknown domain {domain!r}; domains with splits: {', '.join(DOMAINS)}")
     return DOMAINS[domain]
@@ -446,6 +448,7 @@ def build_all_splits(seed: int = 0) -> dict[str, Split]:
 # --- reading a saved split ----------------------------------------------------------------------
 
 def split_path(domain: str) -> Path:
+    """The committed split file of ``domain`` (``splits/<domain>.json``)."""
     return SPLITS_DIR / f"{domain}.json"
 
 

@@ -132,6 +132,8 @@ def load_entity_documents(
 
 @dataclass
 class Chunk:
+    """One window of a document: input ids, next-token targets, entity ids, and whether it is the first."""
+
     input_ids: list[int]
     targets: list[int]
     entity_ids: list[int]
@@ -150,6 +152,8 @@ def document_chunks(doc: EntityDocument, seq_len: int) -> list[Chunk]:
 
 @dataclass
 class EntityBatch:
+    """Padded chunks, one per row; row b continues row b of the previous batch (:func:`stream_batches`)."""
+
     input_ids: torch.Tensor  # (B, T)
     targets: torch.Tensor  # (B, T), IGNORE_INDEX at padding
     entity_ids: torch.Tensor  # (B, T)

@@ -260,6 +260,8 @@ def span_scores(gold: list[list[str]], predicted: list[list[str]]) -> pd.DataFra
 
 @dataclass
 class TaggedSentence:
+    """One sentence for the NER probe: the frozen vector of each word and its IOB entity tags."""
+
     features: torch.Tensor  # (n_words, C), frozen word vectors
     tags: list[str]
 
@@ -322,6 +324,7 @@ def _collate(sentences: list[TaggedSentence], tag_ids: dict[str, int]):
 @torch.no_grad()
 def predict_tags(tagger: BiLSTMTagger, sentences: list[TaggedSentence], tags: list[str],
                  batch_size: int = 64) -> list[list[str]]:
+    """The tagger's highest-scoring tag (no CRF) for every word of each sentence, in batches of ``batch_size``."""
     tagger.eval()
     device = next(tagger.parameters()).device
     predicted = []

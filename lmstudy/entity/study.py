@@ -67,6 +67,8 @@ COLOURS = {"GPT2": "tab:orange", "GPT2E": "tab:blue"}  # the paper's Figures 2-3
 
 @dataclass(frozen=True)
 class EntityStudyConfig:
+    """The entity study's settings: base model, fine-tuning data and recipe, evaluation slices, NER probe."""
+
     # base model: the Wikipedia base (lmstudy.wiki_base) of ``base_scale`` unless ``init_from`` names GPT-2 weights
     base_scale: str = "smoke"
     init_from: str = ""
@@ -377,6 +379,7 @@ def step_time_run(config: EntityStudyConfig) -> dict:
 
 
 def step_time_table(config: EntityStudyConfig) -> pd.DataFrame:
+    """Seconds per training step of GPT2 and GPT2E: ours (:func:`step_time_run`) beside the paper's."""
     timing = step_time_run(config)
     return pd.DataFrame([
         {"source": "ours", "GPT2 s/step": timing["gpt2_seconds"], "GPT2E s/step": timing["gpt2e_seconds"],
@@ -395,6 +398,7 @@ SETTINGS = {"GPT2E without entities": ("GPT2E", False), "GPT2E with entities": (
 
 
 def similarity_docs(config: EntityStudyConfig, tokenizer) -> tuple[list[CorefDocument], list[EntityDocument]]:
+    """The GUM test documents of Table 4 and t-SNE (``config.similarity_docs``; 0: all), raw and encoded."""
     return (coref_split("gum", "test", config.similarity_docs),
             encoded_split("gum", "test", config.similarity_docs, tokenizer))
 

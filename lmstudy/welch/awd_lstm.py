@@ -80,6 +80,8 @@ class AWDLSTMConfig:
 
 @dataclass
 class AWDLSTMOutput:
+    """What the LSTM LMs return: logits, the new hidden state, the last layer's output before and after dropout."""
+
     logits: torch.Tensor  # (B, T, V)
     hidden: Hidden
     raw_output: torch.Tensor  # (B, T, E) last LSTM layer before the output dropout (TAR)
@@ -179,6 +181,7 @@ class PlainLSTMLM(nn.Module):
 
 
 def detach_hidden(hidden: Hidden) -> Hidden:
+    """The hidden state cut from the autograd graph (truncated backpropagation between batches)."""
     return tuple((h.detach(), c.detach()) for h, c in hidden)
 
 

@@ -245,10 +245,12 @@ def format_summary(table: pd.DataFrame, column: str) -> pd.DataFrame:
 
 
 def table2(params: dict) -> pd.DataFrame:
+    """Table 2: the configurations on each domain of ``params["domains"]``; one row per run (:func:`run_cells`)."""
     return run_cells(params, [{"domain": d} for d in params["domains"]])
 
 
 def table3(params: dict) -> pd.DataFrame:
+    """Table 3's top half: the configurations at each UNK cutoff of ``params["unk_cutoffs"]``; one row per run."""
     return run_cells(params, [{"unk_cutoff": k} for k in params["unk_cutoffs"]])
 
 
@@ -267,6 +269,7 @@ def unk_table(params: dict) -> pd.DataFrame:
 
 
 def table5(params: dict) -> pd.DataFrame:
+    """Table 5: the configurations with vectors from each of ``params["vector_sources"]`` and its pretraining size."""
     table = run_cells(params, [{"vectors_from": source} for source in params["vector_sources"]])
     sizes = {s: load_split(s).tokens.get("pretrain") or load_split(load_split(s).pretrain_from).tokens["pretrain"]
              for s in params["vector_sources"]}
@@ -276,6 +279,7 @@ def table5(params: dict) -> pd.DataFrame:
 
 
 def table6(params: dict) -> pd.DataFrame:
+    """Table 6: the configurations with each LM data multiple of ``params["train_multiples"]``; one row per run."""
     return run_cells(params, [{"train_multiple": m} for m in params["train_multiples"]])
 
 
@@ -500,6 +504,7 @@ def _vector_domain(domain: str) -> str:
 
 
 def transformer_config(params: dict, **changes) -> TransformerConfig:
+    """The ``TransformerConfig`` of the preset's transformer settings plus ``changes`` (``seed`` goes to the model)."""
     t = params["transformer"]
     model = QuickstartConfig(**{k: t[k] for k in ("n_layer", "n_head", "n_embd", "seq_len", "batch_size", "max_steps",
                                                   "eval_every", "lr")},

@@ -122,6 +122,7 @@ class SearchConfig:
 
 
 def default_storage() -> str:
+    """The default Optuna storage, ``sqlite:///<runs_dir()>/optuna.db`` (the runs folder is created)."""
     runs_dir().mkdir(parents=True, exist_ok=True)
     return f"sqlite:///{runs_dir() / 'optuna.db'}"
 
@@ -141,6 +142,7 @@ def run_configs(base: dict, params: dict):
 
 
 def load_study(config: SearchConfig) -> optuna.Study:
+    """The Optuna study of ``config``, created or loaded: two objectives minimised, seeded random sampler."""
     return optuna.create_study(study_name=config.study_name, storage=_storage(config.storage),
                                directions=["minimize", "minimize"], load_if_exists=True,
                                sampler=optuna.samplers.RandomSampler(seed=config.seed))

@@ -61,6 +61,8 @@ INSTALL_HINT = "install KenLM with scripts/install_kenlm.sh (or set $KENLM_BIN t
 
 
 class KenLMNotFound(FileNotFoundError):
+    """A KenLM binary is not installed; the message says how to install it."""
+
     pass
 
 
@@ -104,6 +106,8 @@ def write_text(path: Path, sentences: Iterable[list[str]]) -> int:
 
 @dataclass(frozen=True)
 class NGramConfig:
+    """How ``lmplz`` estimates the model: order, vocabulary padding, sorting memory, discount fallback."""
+
     order: int = 5  # KenLM's usual order; the paper used "the default hyperparameters of kenlm"
     vocab_pad: int = 0  # --vocab_pad (0: none); see the module docstring
     memory: str = "1G"  # lmplz -S: sorting memory (small: the machine is shared)

@@ -83,6 +83,7 @@ def grid_configs(configs: str | list[str], seeds: list[int], settings: list[str]
 
 
 def setting_of(config: EmbeddingInitConfig) -> str:
+    """The ``DATA_SETTINGS`` name (Std, Std-news, Rare) of a run config's domain and UNK cutoff."""
     return next(name for name, s in DATA_SETTINGS.items()
                 if (s["domain"], s["unk_cutoff"]) == (config.domain, config.unk_cutoff))
 

@@ -61,6 +61,8 @@ _MEMBER = re.compile(r"^data/([^/]+)/(.+)\.(raw|ascii|annotation)\.txt$")
 
 @dataclass(frozen=True)
 class Message:
+    """One chat message of a log: its line number, speaker and whitespace-normalised text."""
+
     line: int  # 0-based line number in the log file (what the annotation refers to)
     speaker: str
     text: str
