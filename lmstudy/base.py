@@ -51,6 +51,7 @@ from transformers import GPT2Config, GPT2LMHeadModel
 
 from lmstudy.data.splits import BASE_DOMAINS
 from lmstudy.lm_batches import LMTask
+from lmstudy.paths import models_dir
 from lmstudy.runs import Run, atomic_write_json, cached, get_run, read_log_records
 from lmstudy.tokenization import load_tokenizer, train_bpe
 from lmstudy.training import TrainConfig, count_parameters, kept_checkpoint, train
@@ -74,6 +75,8 @@ class BaseDataConfig:
 
 @dataclass(frozen=True)
 class BaseModelConfig:
+    """The base GPT-2's size: layers, heads, width and context length (``seq_len`` tokens)."""
+
     n_layer: int = 4
     n_head: int = 4
     n_embd: int = 256
@@ -267,6 +270,7 @@ def load_stream(path: Path) -> torch.Tensor:
 
 
 def gpt2_config(model: BaseModelConfig, tokenizer) -> GPT2Config:
+    """The ``GPT2Config`` of ``model`` over ``tokenizer``'s vocabulary: no dropout, tied embeddings, eos as bos."""
     eos = tokenizer.eos_token_id
     return GPT2Config(
         vocab_size=len(tokenizer), n_positions=model.seq_len, n_embd=model.n_embd, n_layer=model.n_layer,
@@ -290,6 +294,7 @@ def flops_per_token(model: BaseModelConfig, vocab_size: int) -> float:
 
 
 def build_model(config: BaseConfig, tokenizer) -> GPT2LMHeadModel:
+    """A freshly initialised base GPT-2 of ``config.model``'s size (seeded by ``config.seed``)."""
     torch.manual_seed(config.seed)
     return GPT2LMHeadModel(gpt2_config(config.model, tokenizer))
 
@@ -302,6 +307,7 @@ def run_config(config: BaseConfig) -> dict:
 
 
 def base_run(config: BaseConfig) -> Run:
+    """The ``base`` study's run of ``config`` (its folder in the run cache)."""
     return get_run(STUDY, run_config(config))
 
 
@@ -392,6 +398,7 @@ def sweep_configs(scale: str) -> list[BaseConfig]:
 
 
 def size_label(model: BaseModelConfig) -> str:
+    """A model size as ``LAYERSxWIDTH``, e.g. ``4x256``."""
     return f"{model.n_layer}x{model.n_embd}"
 
 
@@ -609,6 +616,56 @@ def export_base(config: BaseConfig, dest: Path, scale: str, evaluate=None, force
     return paths
 
 
+# ---------------------------------------------------------------------------------------------------
+# What the studies start from
+# ---------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class StudyBase:
+    """One kept checkpoint of the shared base, as a transformer study starts from it."""
+
+    model: GPT2LMHeadModel  # float32, eval mode: the study copies it before changing anything
+    tokenizer: object
+    name: str  # the folder name: base, base-30pct, base-10pct
+    fraction: float  # of the base run's training budget
+    tokens: int  # training tokens the checkpoint saw
+    identity: dict  # what names these weights in a study's run config (run and step of the base)
+
+
+def study_base(scale: str, fraction: float = 1.0) -> StudyBase:
+    """The shared base of ``scale`` at its kept checkpoint ``fraction`` (1.0, 0.3 or 0.1 by default).
+
+    Read from the shipped folder ``models_dir(scale)/<name>`` when it was exported from this scale's run (its
+    ``lmstudy_run.json`` says which run and step), else from the kept checkpoint in the run cache, training
+    the base first if it never ran (seconds at smoke scale). Either way the weights are the float16 ones
+    that are shipped, widened to float32, so a study gets the same numbers from a fresh clone as from the
+    machine that trained the base.
+    """
+    config = final_config(scale)
+    steps = config.kept_steps()
+    if fraction not in steps:
+        raise ValueError(f"the {scale} base keeps checkpoints at {sorted(steps)} of its budget, not {fraction}")
+    run_id, step = f"{STUDY}/{base_run(config).hash}", steps[fraction]
+    folder = models_dir(scale) / checkpoint_name(fraction)
+    if _exported(folder, run_id, step):
+        model = GPT2LMHeadModel.from_pretrained(str(folder), torch_dtype=torch.float32)
+        tokenizer = load_tokenizer(folder)
+    else:
+        train_base(config)
+        model, tokenizer = load_checkpoint_model(config, fraction)
+        model.to(torch.float16).to(torch.float32)  # the shipped precision (export_base saves float16)
+    return StudyBase(model=model.eval(), tokenizer=tokenizer, name=checkpoint_name(fraction), fraction=fraction,
+                     tokens=step * config.tokens_per_step, identity={"base": run_id, "step": step})
+
+
+def base_streams(scale: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """The base's training and validation token streams (int64), for continued training on the base's own
+    text (re-encoded with the base's tokenizer when the data run came from an archive without them)."""
+    run = prepare_data(final_config(scale).data)
+    return load_stream(run.path / "train.bin"), load_stream(run.path / "valid.bin")
+
+
 def plot_loss_curve(config: BaseConfig):
     """Training and validation loss of the base run against tokens, with the kept checkpoints marked."""
     import matplotlib.pyplot as plt
@@ -634,9 +691,10 @@ def plot_loss_curve(config: BaseConfig):
 
 
 __all__ = [
-    "BaseConfig", "BaseDataConfig", "BaseModelConfig", "DOMAINS", "base_run", "build_model", "checkpoint_name",
+    "BaseConfig", "BaseDataConfig", "BaseModelConfig", "DOMAINS", "StudyBase", "base_run", "base_streams",
+    "build_model", "checkpoint_name",
     "choose_size", "export_base", "load_checkpoint_model", "model_card", "plot_loss_curve",
     "final_config", "flops_per_token", "gpt2_config", "load_stream", "non_embedding_parameters", "plot_sweep",
-    "prepare_data", "run_sweep", "sweep_configs", "train_base", "training_documents",
+    "prepare_data", "run_sweep", "study_base", "sweep_configs", "train_base", "training_documents",
     "validation_curve",
 ]

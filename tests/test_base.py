@@ -116,6 +116,21 @@ def test_smoke_base_trains_exports_and_loads_with_the_auto_classes(tmp_path, mon
                 if name in final_weights:
                     assert torch.equal(tensor, final_weights[name].half().float()), name
 
+    # What a study starts from: the same weights from the run cache as from the shipped folder.
+    monkeypatch.setenv("LMSTUDY_MODELS", str(tmp_path / "none"))  # models_dir("smoke"): an empty folder
+    from_cache = base.study_base("smoke", 0.3)
+    monkeypatch.setenv("LMSTUDY_MODELS", str(tmp_path))  # models_dir("smoke") = tmp_path / "smoke": the export
+    (tmp_path / "smoke").symlink_to(tmp_path / "models", target_is_directory=True)
+    from_folder = base.study_base("smoke", 0.3)
+    assert from_cache.identity == from_folder.identity == {"base": record["run"], "step": config.kept_steps()[0.3]}
+    assert from_folder.tokens == config.kept_steps()[0.3] * config.tokens_per_step and from_folder.name == "base-30pct"
+    cached_weights, folder_weights = from_cache.model.state_dict(), from_folder.model.state_dict()
+    assert all(torch.equal(cached_weights[name], folder_weights[name]) for name in folder_weights)
+    with pytest.raises(ValueError, match="keeps checkpoints"):
+        base.study_base("smoke", 0.5)
+    train_ids, valid_ids = base.base_streams("smoke")
+    assert train_ids.dtype == torch.int64 and train_ids.numel() == data["train_tokens"]
+
 
 def shipped_base_folders():
     from lmstudy.paths import REPO_ROOT
