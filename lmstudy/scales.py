@@ -185,31 +185,39 @@ PRESETS: dict[str, dict[str, dict]] = {
         ),
     },
     "wiki_base": WIKI_BASE,
-    # Krony-PT (Ayoub 2024): Kronecker-factored MLPs of a small GPT-2 we pretrain ourselves (lmstudy.krony.study,
-    # its base lmstudy.wiki_base). Classes are the paper's factor shapes for our dims (96M: B=(2,1), 81M: B=(4,1),
-    # 67M: tiny balanced factors); Table 6 uses the 67M shapes.
+    # Krony-PT (Ayoub 2024) on the shared base (lmstudy.krony.study; the published old-base run's preset is frozen
+    # in lmstudy.krony.published). Classes are the paper's factor shapes for our dims (96M: B=(2,1), 81M: B=(4,1),
+    # 67M: tiny balanced factors); the trend (compare_class vs its distilled and scratch same-size models, ``seeds``)
+    # starts from each base checkpoint in ``fractions``; the grid and Table 6 from the last, seed 0.
+    # ``finetune_tokens``: every model's continued-training budget; the evaluation slices are the protocol's
+    # (lmstudy.evaluation.EvalConfig; ``domains`` None = all held-out domains).
     "03_kronecker": {
-        # Seconds: the smoke base, 10 steps of continued training.
+        # Seconds: the smoke base (1x32, 20 steps), 4 steps of continued training, two seeds.
         "smoke": dict(
-            **WIKI_BASE["smoke"], classes=["96M", "81M", "67M"], inits=["van_loan", "prune", "random"],
-            finetune_steps=10, finetune_lr=1e-3, table6_class="67M", table6_factors=4, baseline_classes=["81M"],
-            distill_alpha=0.9, distill_temperature=2.0,
+            base_scale="smoke", fractions=[0.1, 0.3, 1.0], classes=["96M", "81M", "67M"],
+            inits=["van_loan", "prune", "random"], compare_class="81M", seeds=[0, 1], finetune_tokens=2048,
+            finetune_lr=1e-3, evals_per_run=2, val_tokens=0, table6_class="67M", table6_factors=[1, 2, 4],
+            distill_alpha=0.9, distill_temperature=2.0, wikitext_tokens=2000, lambada_examples=20, domains=["news"],
+            domain_documents=2, eval_batch_size=8,
         ),
-        # The published run: the Wikipedia cpu base (wiki_base), 150 steps of continued training for each of the 9
-        # (class, init) models and Table 6's two, and the dense and distilled comparisons for ONE class, 81M (the
-        # paper's DistilGPT2-sized class: each costs the whole pretraining budget again). Evaluation slices: 50k
-        # wikitext tokens, 500 LAMBADA passages (the full sets would add ~2 h over the 25 evaluations; run times:
-        # README).
+        # The published run: the 3x192 shared base (37.5M tokens at 100%), 100 steps x 16 x 256 = 409,600 tokens of
+        # continued training per model (1.1% of the base's budget), three seeds in the trend; evaluation slices:
+        # 50k WikiText-2 tokens, 500 LAMBADA passages, 10 test documents per held-out domain.
         "cpu": dict(
-            **WIKI_BASE["cpu"], classes=["96M", "81M", "67M"], inits=["van_loan", "prune", "random"],
-            finetune_steps=150, finetune_lr=3e-4, table6_class="67M", table6_factors=4, baseline_classes=["81M"],
-            distill_alpha=0.9, distill_temperature=2.0,
+            base_scale="cpu", fractions=[0.1, 0.3, 1.0], classes=["96M", "81M", "67M"],
+            inits=["van_loan", "prune", "random"], compare_class="81M", seeds=[0, 1, 2], finetune_tokens=409_600,
+            finetune_lr=1e-3, evals_per_run=2, val_tokens=30_000, table6_class="67M", table6_factors=[1, 2, 4],
+            distill_alpha=0.9, distill_temperature=2.0, wikitext_tokens=50_000, lambada_examples=500, domains=None,
+            domain_documents=10, eval_batch_size=8,
         ),
-        # GPT-2 small's dims (a GPU box), still pretrained here: no pretrained weights exist in lmstudy.
+        # GPT-2 small's dims on a GPU (the paper-scale shared base, 1.17B tokens): ~10% of the base's tokens of
+        # continued training, the paper's fine-tuning share; the whole test sets.
         "paper": dict(
-            **WIKI_BASE["paper"], classes=["96M", "81M", "67M"], inits=["van_loan", "prune", "random"],
-            finetune_steps=10000, finetune_lr=1e-4, table6_class="67M", table6_factors=4,
-            baseline_classes=["96M", "81M", "67M"], distill_alpha=0.9, distill_temperature=2.0,
+            base_scale="paper", fractions=[0.1, 0.3, 1.0], classes=["96M", "81M", "67M"],
+            inits=["van_loan", "prune", "random"], compare_class="81M", seeds=[0, 1, 2], finetune_tokens=117_000_000,
+            finetune_lr=3e-4, evals_per_run=5, val_tokens=0, table6_class="67M", table6_factors=[1, 2, 4],
+            distill_alpha=0.9, distill_temperature=2.0, wikitext_tokens=0, lambada_examples=0, domains=None,
+            domain_documents=20, eval_batch_size=16,
         ),
     },
     # The shared base models (lmstudy.base): one BPE and one GPT-2 pretrained on every domain's

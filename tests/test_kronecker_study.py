@@ -1,6 +1,6 @@
-"""lmstudy.krony.study: size-class shapes, the dense baseline's size, reconstruction errors, the
-distillation loss and task, and a two-step end-to-end run on slices of the real corpora (LAMBADA and
-WikiText scoring: tests/test_evaluation.py)."""
+"""lmstudy.krony.study: size-class shapes, the dense baselines' width and the narrowed student, the config's
+errors, the continued-training recipe, the distillation loss and task, the claims on synthetic numbers, and an
+end-to-end smoke run on the smoke base (LAMBADA and WikiText scoring: tests/test_evaluation.py)."""
 
 from __future__ import annotations
 
@@ -11,11 +11,21 @@ import pytest
 import torch
 from transformers import GPT2Config, GPT2LMHeadModel
 
+from lmstudy.krony import study
 from lmstudy.krony.model import KroneckerConfig, compressed_parameter_count, gpt2_parameter_count
 from lmstudy.krony.study import (
-    DistillTask, KronyStudyConfig, claims, class_a_shape, compressed_run, distillation_loss,
-    matched_dense_inner, pretrain_base, reconstruction_errors, results_table,
+    DistillTask, KronyConfig, ModelSpec, class_a_shape, class_width, claims, distillation_loss, hidden_unit_scores,
+    matched_dense_inner, max_factors, narrow_config, narrowed_model, reconstruction_errors, trend_gaps,
 )
+from lmstudy.scales import preset
+from lmstudy.training import count_parameters
+
+SMALL = GPT2Config(vocab_size=50, n_positions=8, n_embd=16, n_layer=2, n_head=2, resid_pdrop=0.0, embd_pdrop=0.0,
+                   attn_pdrop=0.0)
+
+
+def smoke_config(**changes) -> KronyConfig:
+    return KronyConfig(**{**preset("03_kronecker", "smoke"), **changes})
 
 
 def test_class_shapes_are_the_papers_for_gpt2_small_and_fit_small_models():
@@ -23,31 +33,14 @@ def test_class_shapes_are_the_papers_for_gpt2_small_and_fit_small_models():
     assert class_a_shape("96M", 768) == (1536, 768)
     assert class_a_shape("81M", 768) == (768, 768)
     assert class_a_shape("67M", 32) == (8, 4)  # divisors of 128 and 32 nearest their square roots
+    assert class_a_shape("67M", 192) == (24, 12)  # the cpu base: B = (32, 16)
     small = GPT2Config(vocab_size=100, n_positions=16, n_embd=32, n_layer=2, n_head=2)
     sizes = [compressed_parameter_count(small, KroneckerConfig(class_a_shape(c, 32))) for c in ("96M", "81M", "67M")]
     assert sizes[0] > sizes[1] > sizes[2]  # the classes shrink in the paper's order
     with pytest.raises(ValueError, match="unknown size class"):
         class_a_shape("50M", 32)
-    with pytest.raises(ValueError, match="unknown size class"):  # a typo in a preset fails before any training
-        KronyStudyConfig(vocab_size=300, train_docs=1, valid_docs=1, n_layer=1, n_head=1, n_embd=8, seq_len=8,
-                         batch_size=2, pretrain_steps=1, lr=1e-3, baseline_classes=["81m"])
-
-
-def test_claims_compare_the_best_krony_model_with_each_baseline():
-    def row(model: str, size_class: str, init: str, wikitext: float) -> dict:
-        return {"model": model, "class": size_class, "init": init, "wikitext_ppl": wikitext,
-                "lambada_ppl": 2 * wikitext}
-
-    results = pd.DataFrame([row("base (dense)", "", "", 100.0), row("Krony", "81M", "van_loan", 130.0),
-                            row("Krony", "81M", "prune", 120.0), row("dense, same size", "81M", "scratch", 125.0),
-                            row("distilled", "81M", "scratch, KD from base", 110.0),
-                            row("Krony", "67M", "prune", 150.0)])
-    table = claims(results, ["81M", "67M"])
-    assert list(table.columns) == ["claim", "verdict", "evidence"]
-    assert table["verdict"].tolist() == ["holds", "does not hold", "not run", "not run"]
-    assert table["evidence"].iloc[0] == ("Krony (prune) wikitext ppl 120.0 vs dense, same size 125.0; "
-                                         "LAMBADA ppl 240.0 vs 250.0")  # the best init of the class
-    assert "110.0" in table["evidence"].iloc[1]
+    # Van Loan terms each class allows: rank of R(W) = min(|A|, |B|).
+    assert (max_factors("96M", 192), max_factors("81M", 192), max_factors("67M", 192)) == (2, 4, 288)
 
 
 def test_matched_dense_inner_is_the_closest_size():
@@ -57,6 +50,155 @@ def test_matched_dense_inner_is_the_closest_size():
     size = gpt2_parameter_count(GPT2Config(**{**config.to_dict(), "n_inner": inner}))
     per_unit = config.n_layer * (2 * config.n_embd + 1)  # one MLP hidden unit per block: two weights + a bias
     assert abs(size - target) <= per_unit / 2 and inner < 4 * config.n_embd
+    assert class_width(config, "81M") == inner  # the 81M class is A = (d, d)
+
+
+def test_narrowed_student_keeps_the_largest_units_and_has_the_matched_count():
+    torch.manual_seed(0)
+    teacher = GPT2LMHeadModel(SMALL).eval()
+    inner = 4 * SMALL.n_embd
+    chosen = {0: [3, 17, 40, 63], 1: [0, 5, 6, 50]}
+    with torch.no_grad():
+        for index, units in chosen.items():
+            mlp = teacher.transformer.h[index].mlp
+            mlp.c_fc.weight[:, units] *= 10  # (d, inner): these units' input weights ...
+            mlp.c_proj.weight[units, :] *= 10  # (inner, d): ... and output weights are 10x larger
+    target = count_parameters(teacher) - SMALL.n_layer * (inner - 4) * (2 * SMALL.n_embd + 1)
+    width = matched_dense_inner(teacher.config, target)
+    assert width == 4
+    student = narrowed_model(teacher, width)
+    assert student.config.n_inner == 4
+    assert count_parameters(student) == gpt2_parameter_count(narrow_config(SMALL, 4)) == target
+    for index, units in chosen.items():
+        old, new = teacher.transformer.h[index].mlp, student.transformer.h[index].mlp
+        assert hidden_unit_scores(old).topk(4).indices.sort().values.tolist() == units
+        assert torch.equal(new.c_fc.weight, old.c_fc.weight[:, units])
+        assert torch.equal(new.c_fc.bias, old.c_fc.bias[units])
+        assert torch.equal(new.c_proj.weight, old.c_proj.weight[units, :])
+        assert torch.equal(new.c_proj.bias, old.c_proj.bias)
+    assert torch.equal(student.transformer.wte.weight, teacher.transformer.wte.weight)
+    assert student.lm_head.weight.data_ptr() == student.transformer.wte.weight.data_ptr()  # still tied
+    # All units kept: the same function.
+    ids = torch.randint(50, (2, 8))
+    with torch.no_grad():
+        assert torch.allclose(narrowed_model(teacher, inner)(ids).logits, teacher(ids).logits, atol=1e-6)
+    with pytest.raises(ValueError, match="n_inner"):
+        narrowed_model(teacher, inner + 1)
+
+
+def test_config_errors_are_clear():
+    config = smoke_config()
+    assert config.finetune_steps == 4  # 2,048 tokens of 8 x 64
+    with pytest.raises(ValueError, match="unknown size class"):  # a typo in a preset fails before any training
+        smoke_config(compare_class="81m")
+    with pytest.raises(ValueError, match="less than one step"):
+        smoke_config(finetune_tokens=100)
+    with pytest.raises(ValueError, match="kept checkpoints"):
+        smoke_config(fractions=[0.5])
+    with pytest.raises(ValueError, match="allows 1 to 2 factors"):
+        smoke_config(table6_class="96M")  # B = (2, 1): at most two Van Loan terms, the preset asks for 4
+    with pytest.raises(ValueError, match="inits"):
+        smoke_config(inits=["svd"])
+    with pytest.raises(ValueError, match="base_scale"):
+        smoke_config(base_scale="laptop")
+    with pytest.raises(ValueError, match="evals_per_run"):
+        smoke_config(evals_per_run=5)
+    with pytest.raises(ValueError, match="unknown model kind"):
+        ModelSpec("pruned", "81M")
+    with pytest.raises(ValueError, match="needs an init"):
+        ModelSpec("krony", "81M")
+    with pytest.raises(ValueError, match="dense"):
+        ModelSpec("distilled", "81M", init="van_loan")
+    assert ModelSpec("krony", "67M", "random").seeded_init and not ModelSpec("krony", "67M", "van_loan").seeded_init
+
+
+def test_every_preset_is_a_valid_config():
+    for scale in ("smoke", "cpu", "paper"):
+        config = KronyConfig(**preset("03_kronecker", scale))
+        assert config.finetune_steps >= config.evals_per_run
+    assert KronyConfig(**preset("03_kronecker", "cpu")).finetune_steps == 100
+
+
+def test_continued_training_follows_the_base_recipe():
+    config = smoke_config()
+    recipe = config.recipe
+    train_config = study.finetune_train_config(config, seed=1)
+    assert train_config.max_steps == 4 and train_config.eval_every == 2 and train_config.seed == 1
+    assert train_config.lr == config.finetune_lr and train_config.lr_schedule == "cosine"
+    assert train_config.weight_decay == recipe.weight_decay and train_config.betas == (0.9, 0.95)
+
+
+def synthetic_trend() -> pd.DataFrame:
+    """Three checkpoints x three seeds: Krony behind distilled at the first, level in the middle, ahead at the
+    last; always ahead of scratch."""
+    krony_gap = {1_000: 0.10, 3_000: 0.0, 10_000: -0.10}  # Krony minus distilled, bits per byte
+    rows = []
+    for tokens, gap in krony_gap.items():
+        for seed, noise in zip((0, 1, 2), (-0.01, 0.0, 0.01)):
+            distilled = 2.0 + noise
+            for model, bpb in (("Krony", distilled + gap + 2 * noise), ("distilled", distilled),
+                               ("scratch, equal data", distilled + 0.5)):
+                rows.append({"fraction": tokens / 10_000, "base_tokens": tokens, "seed": seed, "model": model,
+                             "wikitext_bpb": bpb})
+    return pd.DataFrame(rows)
+
+
+def test_trend_gaps_are_krony_minus_each_baseline_per_seed():
+    gaps = trend_gaps(synthetic_trend())
+    assert len(gaps) == 9
+    first = gaps[(gaps["base_tokens"] == 1_000) & (gaps["seed"] == 2)].iloc[0]
+    assert first["krony_minus_distilled"] == pytest.approx(0.12)
+    assert first["krony_minus_scratch"] == pytest.approx(0.12 - 0.5)
+
+
+def test_claims_on_synthetic_numbers():
+    config = smoke_config(classes=["81M"], table6_factors=[1, 4])
+    grid = pd.DataFrame([
+        {"model": "Krony", "class": "81M", "init": "van_loan", "wikitext_bpb": 2.0},
+        {"model": "Krony", "class": "81M", "init": "prune", "wikitext_bpb": 2.2},
+        {"model": "Krony", "class": "81M", "init": "random", "wikitext_bpb": 2.1},
+    ])
+    table6 = pd.DataFrame([{"factors": 1, "scalars": False, "wikitext_bpb": 2.3},
+                           {"factors": 1, "scalars": True, "wikitext_bpb": 2.31},
+                           {"factors": 4, "scalars": False, "wikitext_bpb": 2.25}])  # 4 with scalars: not run
+    table = claims(config, grid, table6, synthetic_trend())
+    distilled = table[table["claim"] == "81M: Krony beats the same-size distilled model"]
+    assert distilled["verdict"].tolist() == ["does not hold", "within noise", "holds"]  # per checkpoint, by tokens
+    assert distilled["level"].tolist() == [1_000, 3_000, 10_000]
+    assert set(distilled["trend"]) == {"toward the paper"}
+    assert "Krony 2.1000 ± 0.0300 vs distilled 2.0000 ± 0.0100" in distilled["evidence"].iloc[0]
+    assert "effect -0.1000 ± 0.0200" in distilled["evidence"].iloc[0]  # the per-seed paired gaps' spread
+    scratch = table[table["claim"] == "81M: Krony beats the same-size scratch, equal data model"]
+    assert scratch["verdict"].tolist() == ["holds"] * 3
+    by_claim = table.set_index("claim")["verdict"]
+    assert by_claim["81M: van_loan init beats random init"] == "holds"
+    assert by_claim["81M: prune init beats random init"] == "does not hold"
+    assert by_claim["67M: 4 factors beat 1 (no scalars)"] == "holds"
+    assert by_claim["67M: scalars help with 1 factor(s)"] == "does not hold"
+    assert by_claim["67M: scalars help with 4 factor(s)"] == "not run"
+
+
+def test_best_init_is_the_lowest_bits_per_byte_of_the_class():
+    grid = pd.DataFrame([{"model": "base", "class": None, "init": None, "wikitext_bpb": 1.0},
+                         {"model": "Krony", "class": "81M", "init": "van_loan", "wikitext_bpb": 2.1},
+                         {"model": "Krony", "class": "81M", "init": "prune", "wikitext_bpb": 2.0},
+                         {"model": "Krony", "class": "67M", "init": "random", "wikitext_bpb": 1.5}])
+    assert study.best_init(grid, "81M") == "prune"
+    with pytest.raises(ValueError, match="no Krony row"):
+        study.best_init(grid, "96M")
+
+
+def test_protocol_metrics_flatten_the_protocol_table(monkeypatch):
+    table = pd.DataFrame([
+        {"benchmark": "wikitext2", "ppl_token": 300.0, "ppl_word": 9000.0, "bits_per_byte": 2.2},
+        {"benchmark": "lambada", "ppl_token": 700.0, "ppl_word": 6e5, "bits_per_byte": 2.9, "accuracy": 0.01,
+         "accuracy_low": 0.0, "accuracy_high": 0.05},
+        {"benchmark": "news", "ppl_token": 120.0, "ppl_word": 5000.0, "bits_per_byte": 2.0},
+    ])
+    monkeypatch.setattr(study, "evaluate_model", lambda model, tokenizer, config: table)
+    metrics = study.protocol_metrics(None, None, smoke_config())
+    assert metrics["wikitext_bpb"] == 2.2 and metrics["wikitext_ppl_word"] == 9000.0  # the studies' "wikitext" keys
+    assert metrics["news_ppl"] == 120.0 and metrics["lambada_ppl"] == 700.0 and metrics["lambada_acc_high"] == 0.05
 
 
 def test_van_loan_error_meets_the_svd_bound():
@@ -127,28 +269,63 @@ def test_distill_task_trains_the_student_only():
         DistillTask(ids, ids[:50], batch_size=2, seq_len=8)
 
 
-def test_end_to_end_on_corpus_slices(tmp_path, monkeypatch):
-    from conftest import require_corpus
+@pytest.fixture
+def fresh_base_cache():
+    """The study keeps the bases and streams it loaded per process: forget them before and after a test that
+    moves the run cache."""
+    study._study_base.cache_clear()
+    study._streams.cache_clear()
+    yield
+    study._study_base.cache_clear()
+    study._streams.cache_clear()
 
-    for corpus in ("wikipedia", "wikitext-2-raw", "lambada"):
+
+@pytest.mark.slow
+def test_end_to_end_on_the_smoke_base(tmp_path, monkeypatch, fresh_base_cache):
+    from conftest import require_corpus
+    from lmstudy.paths import runs_dir
+
+    for corpus in ("wikipedia", "litbank", "reddit", "imdb", "reuters21578", "bbc_news", "irc", "wikitext-2-raw",
+                   "lambada"):
         require_corpus(corpus)
+    # Fresh run folders sharing the corpus caches (as tests/test_base.py does), no shipped smoke models.
+    shared_cache = runs_dir() / "cache"
+    shared_cache.mkdir(parents=True, exist_ok=True)
+    (tmp_path / "runs").mkdir()
+    (tmp_path / "runs" / "cache").symlink_to(shared_cache, target_is_directory=True)
     monkeypatch.setenv("LMSTUDY_RUNS", str(tmp_path / "runs"))
-    config = KronyStudyConfig(
-        vocab_size=300, train_docs=5, valid_docs=2, n_layer=1, n_head=2, n_embd=16, seq_len=32, batch_size=4,
-        pretrain_steps=3, lr=3e-3, classes=["81M"], inits=["van_loan"], finetune_steps=2, eval_every=2,
-        baseline_classes=["81M"], wikitext_tokens=200, lambada_examples=5,
-    )
-    base = pretrain_base(config)
-    assert base["steps"] == 3 and math.isfinite(base["wikitext_ppl"]) and 0 <= base["lambada_acc"] <= 1
-    # the shared protocol's extra keys: per word, bits per byte, the accuracy's Wilson interval
-    assert base["wikitext_ppl_word"] > base["wikitext_ppl"] and 0 < base["wikitext_bpb"] < 16
-    assert base["lambada_acc_low"] <= base["lambada_acc"] <= base["lambada_acc_high"]
-    krony = compressed_run(config, "81M", "van_loan")
-    assert krony["steps"] == 2 and krony["parameters"] < base["parameters"]
-    assert krony["a_shape"] == [16, 16] and math.isfinite(krony["before_wikitext_ppl"])
-    table = results_table(config)  # everything cached except the dense and distilled students
-    assert list(table["model"]) == ["base (dense)", "Krony", "dense, same size", "distilled"]
-    dense, distilled = table.iloc[2], table.iloc[3]
-    assert abs(dense["parameters"] - krony["parameters"]) < 0.05 * krony["parameters"]
-    assert distilled["parameters"] == dense["parameters"] and distilled["n_inner"] == dense["n_inner"]
-    assert math.isfinite(distilled["wikitext_ppl"]) and distilled["wikitext_ppl"] != dense["wikitext_ppl"]
+    monkeypatch.setenv("LMSTUDY_MODELS", str(tmp_path / "models"))
+    config = smoke_config(fractions=[0.1, 1.0], classes=["81M", "67M"], inits=["van_loan", "random"],
+                          table6_factors=[1, 2], domains=[])
+
+    grid = study.grid_table(config)
+    assert grid["model"].tolist() == ["base"] + ["Krony"] * 4 + ["distilled", "scratch, equal data"]
+    krony81 = grid[(grid["model"] == "Krony") & (grid["class"] == "81M")].iloc[0]
+    dense = grid[grid["model"] != "Krony"].iloc[1:]
+    per_unit = config.recipe.model.n_layer * (2 * config.recipe.model.n_embd + 1)
+    assert (abs(dense["parameters"] - krony81["parameters"]) <= per_unit / 2).all()  # the matched size
+    assert grid[["wikitext_bpb", "before_wikitext_bpb", "lambada_acc"]].iloc[1:].notna().all().all()
+    init = study.best_init(grid, "81M")
+
+    trend = study.trend_table(config, init)
+    assert len(trend) == 2 * 2 * 3 and set(trend["base_tokens"]) == {1024, 10240}
+    # Seed 0 of the final checkpoint is the grid's run, read back from the cache.
+    final = trend[(trend["fraction"] == 1.0) & (trend["seed"] == 0)].set_index("model")
+    assert final.loc["distilled", "wikitext_bpb"] == grid.set_index("model").loc["distilled", "wikitext_bpb"]
+    # Equal data: the scratch model was pretrained with the base's recipe and kept the base's checkpoints.
+    scratch = study.scratch_pretraining(config)
+    assert scratch["steps"] == config.recipe.max_steps and scratch["n_inner"] == study.dense_width(config)
+    # The distilled student starts as the narrowed base, better than the scratch model at 10% of its budget.
+    assert trend["before_wikitext_bpb"].notna().all()
+
+    rows = study.table6(config)
+    assert rows[["factors", "scalars"]].values.tolist() == [[1, False], [1, True], [2, False], [2, True]]
+    assert rows["parameters"].iloc[2] > rows["parameters"].iloc[0]
+    table = claims(config, grid, rows, trend)
+    assert set(table["verdict"]) <= {"holds", "does not hold", "within noise"}
+    assert len(table[table["claim"].str.contains("distilled")]) == 2  # one row per checkpoint
+
+    # A rerun trains nothing: every stage is read back from the run cache.
+    monkeypatch.setattr(study, "train_and_restore", None)
+    monkeypatch.setattr(study, "train", None)
+    assert study.trend_table(config, init).equals(trend)

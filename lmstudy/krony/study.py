@@ -1,105 +1,122 @@
-"""03_kronecker: Krony-PT (Ayoub 2024) at our scale: compress a small GPT-2's MLPs into Kronecker factors.
+"""03_kronecker: Krony-PT (Ayoub 2024) on the shared base, tested as a trend over how well the base is trained.
 
-The paper compresses GPT-2 small (124M) by replacing both MLP matrices of every block with Kronecker
-products (``lmstudy.krony.model``), in three size classes (96M, 81M, 67M), initialised with Van Loan,
-pruning or at random, then continues training and reports perplexity (wikitext, LAMBADA) against other
-compressed GPT-2s. We have no pretrained GPT-2, so the study pretrains its own small base and repeats the
-pipeline on it:
+The paper compresses GPT-2 small (124M) by replacing both MLP matrices of every block with Kronecker products
+(``lmstudy.krony.model``), in three size classes (96M, 81M, 67M), initialised with Van Loan, pruning or at
+random, continues training, and claims its 81M model beats DistilGPT2 (82M). A claim about compressing a
+*well-trained* model cannot show on a weak one, so we measure it from each of the three kept checkpoints of the
+shared base (:func:`lmstudy.base.study_base`: 10%, 30% and 100% of its training tokens) and report the direction
+the effect moves (``lmstudy.claims``). Run-cache study ``03_krony_shared``; the earlier study on the old
+Wikipedia base is :mod:`lmstudy.krony.published` (its archived runs replay unchanged).
 
-1. ``base`` (:mod:`lmstudy.wiki_base`, shared with the Entity-Transformer study): a small GPT-2 trained
-   from scratch on our Wikipedia split (general English, wikitext-2 test articles excluded by the split),
-   with a byte-level BPE trained on the same documents (saved in the
-   base run, so every later stage reads the same ids).
-2. Size classes: our dims differ, so we keep the paper's *factor shapes*, not its parameter counts.
-   ``c_fc`` is ``(4d, d)`` in the paper's ``(out, in)`` orientation; the 96M class is ``B = (2, 1)``
-   (A = (2d, d): half the MLP), the 81M class ``B = (4, 1)`` (A = (d, d): a quarter), the 67M class a
-   balanced pair with both factors tiny (A's sides the divisors nearest the square roots). The size
-   reached by each is reported (``size_ratio``), beside the paper's 95/124, 81/124, 67/124.
-3. Each compressed model continues training on the base's data for ``finetune_steps`` (the same token
-   budget for every class and init).
-4. Evaluation (``evaluate``), before and after continued training, beside the base: the shared protocol of
-   :mod:`lmstudy.evaluation` (its docstring has the details).
-   - WikiText-2 test, detokenised (``wikitext_detokenize``), one document per article, each predicted from
-     the eos token, the first ``wikitext_tokens`` tokens scored in non-overlapping windows of ``seq_len``
-     (no sliding-window context, so numbers are higher than stride-1 evaluations): ``wikitext_ppl`` per
-     token, ``wikitext_ppl_word`` per word, ``wikitext_bpb`` bits per byte. Runs archived before this
-     protocol (the published cpu results) scored the raw, still tokenised text joined with eos, which gives
-     a higher per-token perplexity (the issue author measured 699 raw against 354 detokenised on one base).
-   - LAMBADA (OpenAI's detokenized test set, first ``lambada_examples`` passages): the context is the
-     passage without its last word, truncated to the last tokens that fit ``seq_len``; ``lambada_ppl`` is the
-     per-token perplexity of the last word's BPE tokens (``lambada_ppl_word`` per word), ``lambada_acc`` the
-     share of passages whose every last-word token is the greedy prediction (the GPT-2 paper's accuracy,
-     without stop-word filtering), with its 95% Wilson interval ``lambada_acc_low`` / ``lambada_acc_high``.
-5. The fair comparison: a dense GPT-2 of the same depth and width whose MLP hidden size is chosen so its
-   parameter count is closest to the compressed model's, trained from scratch on the *total* token budget
-   the compressed model saw (pretraining + continued training), with the same schedule.
-5b. The DistilGPT2 analogue (the model the paper compares its 81M class with): a dense student of exactly that
-   size and initialisation, trained on the same token budget with Hinton's distillation loss from the
-   trained base as the teacher (frozen, eval mode; ``DistillTask``):
-   ``alpha * KL(softmax(t/T) || softmax(s/T)) * T^2 + (1 - alpha) * CE(s, y)``, per token, averaged.
-   DistilGPT2 (Sanh et al., HF ``examples/research_projects/distillation``) trained with three terms, KD
-   (weight 5.0, T = 2), causal-LM cross-entropy (0.5) and a cosine loss between hidden states (1.0), and
-   initialised its 6 layers from every second layer of GPT-2. We keep Hinton's KD + CE, with DistilGPT2's
-   T = 2 and alpha = 0.9 (its 5.0 : 0.5 ratio, rounded), and drop the cosine term (it would apply, the
-   widths match, but it is a third ingredient beyond the loss the comparison is about). The student is as
-   deep as the teacher with a narrower MLP (the size of the compressed model) and starts from the same random
-   init as the dense same-size model, so those two rows differ only in the loss. ``baseline_classes`` chooses
-   the classes that get both comparisons.
-6. ``reconstruction_errors``: per layer, the Van Loan relative error ``||W - A ⊗ B|| / ||W||`` against the
-   Eckart–Young bound from the singular values of the rearranged ``R(W)`` (they coincide: Van Loan is
-   optimal, the plot checks it) and, as a reference, the best low-rank (truncated SVD) approximation of
-   ``W`` with at most as many parameters as the Kronecker pair.
-7. Table 6, left empty in the paper: 4 factors with and without scalars against 1 factor, Van Loan init,
-   the same continued-training budget (``table6_class``).
+Models (``ModelSpec``), all started from one base checkpoint and given the same continued training:
+
+- **Krony** (``kind="krony"``): the base with both MLP matrices of every block factored. Size classes keep the
+  paper's *factor shapes*, not its parameter counts (our dims differ): ``c_fc`` is ``(4d, d)`` in the paper's
+  ``(out, in)`` orientation; the 96M class is ``B = (2, 1)`` (A = (2d, d): half the MLP), the 81M class
+  ``B = (4, 1)`` (A = (d, d): a quarter), the 67M class a balanced pair with both factors tiny (A's sides the
+  divisors nearest the square roots: (24, 12) at d = 192). ``size_ratio`` (parameters over the base's) is
+  reported beside the paper's 95/124, 81/124, 67/124; our embeddings are a larger share of a small model, so the
+  same shapes remove less. Inits: ``van_loan``, ``prune``, ``random`` (``lmstudy.krony.model``).
+- **Distilled** (``kind="distilled"``, the DistilGPT2 analogue): a dense GPT-2 of the base's depth and width whose
+  MLP hidden size (``matched_dense_inner``) gives the parameter count closest to the Krony model of the class,
+  trained on the same continued-training tokens with Hinton's loss from the same base checkpoint as teacher
+  (``DistillTask``: ``alpha * KL(p_t^T || p_s^T) * T^2 + (1 - alpha) * CE``, DistilGPT2's T = 2 and its 5.0 : 0.5
+  KD : CE ratio as alpha = 0.9; DistilGPT2's third, cosine hidden-state term is left out).
+  **Its initialisation is the teacher's own weights** (``narrowed_model``): the base with each MLP narrowed to the
+  matched width, keeping in every block the hidden units with the largest ``||input weights|| * ||output
+  weights||`` (``hidden_unit_scores``), everything else copied. Why: DistilGPT2 itself starts from GPT-2's weights
+  (every second layer), and the Krony model inherits the base's attention, embeddings and an approximation of its
+  MLPs; a student from random init given only the continued-training tokens (a fraction of a percent of the
+  base's) would be a straw man, losing for want of data, not for want of Kronecker factors. Magnitude selection
+  keeps the units that move the residual stream most, so the student starts as close to the teacher as a
+  narrower dense MLP can without training.
+- **Scratch, equal data** (``kind="scratch"``): the same narrowed dense GPT-2 from random init, trained with the
+  base's exact recipe (``lmstudy.base.final_config(scale).train_config()``: same data stream and windows, batch,
+  learning-rate schedule, and kept checkpoints at the base's kept steps) in ONE run (``scratch_pretraining``);
+  its checkpoint at each kept step then gets the same continued training as the Krony model. At every point of
+  the trend it has seen exactly the base's tokens plus the continued-training tokens: equal data, equal
+  treatment. Its kept weights are rounded through float16 like the shipped base's (``study_base``).
+
+Continued training (``continued_run``): ``finetune_tokens`` (the preset's stated budget, rounded down to whole
+steps of the base's batch x context) of random windows of the base's own training stream
+(:func:`lmstudy.base.base_streams`), drawn with seed ``FINETUNE_SEED_OFFSET + seed`` so they are not the base's
+first windows replayed; the same batches for every model of a seed. The base's recipe otherwise (AdamW (0.9,
+0.95), weight decay 0.1 on matrices, 2% warm-up, cosine to a tenth) with peak ``finetune_lr``; the validation
+stream (its first ``val_tokens``) is scored ``evals_per_run`` times and the best weights are kept.
+
+Evaluation: the shared protocol (:func:`lmstudy.evaluation.evaluate_model`) on the preset's slices: WikiText-2
+test detokenised, per token (``wikitext_ppl``), per word (``wikitext_ppl_word``) and bits per byte
+(``wikitext_bpb``), LAMBADA accuracy with its 95% Wilson interval (``lambada_acc``, ``_low``, ``_high``) and
+target perplexity (``lambada_ppl``), each held-out domain (``<domain>_ppl``, ``_ppl_word``, ``_bpb``). Each model
+is scored before (``initial_metrics``) and after continued training.
+
+What runs:
+
+1. ``base_table``: the base at each checkpoint, scored.
+2. ``grid_table``: the full grid at the final checkpoint, seed 0: every class x init, plus the distilled and
+   scratch models of ``compare_class``.
+3. ``trend_table``: the central comparison, ``compare_class`` (81M), the best Krony init of the grid
+   (``best_init``) vs distilled vs scratch, ``seeds`` of the continued training, from every checkpoint in
+   ``fractions``; ``trend_gaps`` the per-seed Krony-minus-baseline gaps in WikiText-2 bits per byte (paired: one
+   seed = the same continued-training batches), ``plot_trend`` the figure.
+4. ``table6``: the paper's empty Table 6 at the final checkpoint, seed 0: ``table6_class`` shapes (the only
+   class whose factors allow several Van Loan terms: B = (2, 1) and (4, 1) allow at most 2 and 4, and 4 terms of
+   (4, 1) would rebuild W exactly), Van Loan init, ``table6_factors`` factors, each with and without scalars.
+5. ``claims``: the verdicts through :mod:`lmstudy.claims`.
+6. ``reconstruction_errors``: Van Loan's error per layer against the SVD bound and a same-size low-rank fit.
+
+Every run goes through the run cache (``lmstudy.runs.cached``), so a rerun reads finished runs back and an
+interrupted one resumes from its last checkpoint.
 """
 
 from __future__ import annotations
 
+import copy
+import functools
 import math
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 
 import pandas as pd
 import torch
 import torch.nn.functional as F
+from tqdm.auto import tqdm
 from transformers import GPT2Config, GPT2LMHeadModel
 
-from lmstudy.claims import DOES_NOT_HOLD, HOLDS, NOT_RUN, ClaimRow, claims_table
+from lmstudy.base import BaseConfig, StudyBase, base_streams, final_config, gpt2_config, study_base
+from lmstudy.base import run_config as base_run_config
+from lmstudy.claims import (
+    NOT_RUN, ClaimRow, Spread, claims_table, effect, trend_rows, verdict_of,
+)
+from lmstudy.evaluation import EvalConfig, eval_domains, evaluate_model
 from lmstudy.krony.model import (
-    KroneckerConfig, compress, factor_pair_parameters, gpt2_parameter_count, partner_shape, van_loan,
+    INITS, KroneckerConfig, compress, compressed_parameter_count, factor_pair_parameters, gpt2_parameter_count,
+    partner_shape, van_loan,
 )
 from lmstudy.lm_batches import LMTask
-from lmstudy.runs import Run, cached
-from lmstudy.training import count_parameters
-from lmstudy.wiki_base import STUDY, WikiBaseConfig, evaluate, gpt2_config, load_base, pretrain_base, train_on
+from lmstudy.runs import Run, cached, config_hash, get_run
+from lmstudy.scales import SCALES
+from lmstudy.training import TrainConfig, count_parameters, kept_checkpoint, train, train_and_restore
 
+STUDY = "03_krony_shared"
 CLASSES = ("96M", "81M", "67M")
 PAPER_RATIOS = {"96M": 95 / 124, "81M": 81 / 124, "67M": 67 / 124}  # the paper's sizes over GPT-2's 124M
+KINDS = ("krony", "distilled", "scratch")
+FINETUNE_SEED_OFFSET = 1000  # continued-training windows: not the base's own (seed 0) windows replayed
+LABELS = {"krony": "Krony", "distilled": "distilled", "scratch": "scratch, equal data"}
 
-
-@dataclass(frozen=True)
-class KronyStudyConfig(WikiBaseConfig):
-    """The base's fields (``WikiBaseConfig``: data, model, pretraining, evaluation slices) and the study's own."""
-
-    # compression and continued training
-    classes: list = field(default_factory=lambda: list(CLASSES))
-    inits: list = field(default_factory=lambda: ["van_loan", "prune", "random"])
-    finetune_steps: int = 100
-    finetune_lr: float = 1e-3
-    table6_class: str = "67M"  # "" skips Table 6
-    table6_factors: int = 4
-    # the fair comparisons (dense same-size model, distilled student) for these classes; [] = none
-    baseline_classes: list = field(default_factory=lambda: list(CLASSES))
-    distill_alpha: float = 0.9  # weight of the KD term (DistilGPT2: 5.0 KD : 0.5 CE)
-    distill_temperature: float = 2.0  # DistilGPT2's
-
-    def __post_init__(self) -> None:
-        unknown = {*self.classes, *self.baseline_classes, *([self.table6_class] if self.table6_class else [])} - set(CLASSES)
-        if unknown:
-            raise ValueError(f"unknown size class(es) {sorted(unknown)}; choose from {', '.join(CLASSES)}")
+# The paper's Table 4 (perplexity, GPT-2's tokenizer, the paper's own evaluation; "" where it has no number).
+PAPER_TABLE4 = pd.DataFrame([
+    {"parameters": "124M", "model": "GPT2", "wikitext103_ppl": 29.16, "wikitext2_ppl": 24.67, "lambada_ppl": 45.28},
+    {"parameters": "82M", "model": "DistilGPT2", "wikitext103_ppl": 44.53, "wikitext2_ppl": 36.48, "lambada_ppl": 76.00},
+    {"parameters": "81M", "model": "KronyPT-81M-1350", "wikitext103_ppl": 41.98, "wikitext2_ppl": 34.99,
+     "lambada_ppl": math.nan},
+    {"parameters": "81M", "model": "KronyPT-81M-3950", "wikitext103_ppl": math.nan, "wikitext2_ppl": math.nan,
+     "lambada_ppl": 64.92},
+])
 
 
 # ---------------------------------------------------------------------------------------------------
-# Shapes
+# Shapes and sizes
 # ---------------------------------------------------------------------------------------------------
 
 
@@ -119,6 +136,13 @@ def class_a_shape(name: str, n_embd: int, n_inner: int | None = None) -> tuple[i
     raise ValueError(f"unknown size class {name!r}; choose one of {', '.join(CLASSES)}")
 
 
+def max_factors(name: str, n_embd: int) -> int:
+    """The most Van Loan terms a class allows: the rank of the rearranged ``c_fc``, ``min(p*q, r*t)``."""
+    a_shape = class_a_shape(name, n_embd)
+    b_shape = partner_shape((4 * n_embd, n_embd), a_shape)
+    return min(a_shape[0] * a_shape[1], b_shape[0] * b_shape[1])
+
+
 def matched_dense_inner(model_config: GPT2Config, target_parameters: int) -> int:
     """The MLP hidden size whose dense GPT-2 has the parameter count closest to ``target_parameters``."""
     def size(inner: int) -> int:
@@ -126,18 +150,255 @@ def matched_dense_inner(model_config: GPT2Config, target_parameters: int) -> int
     return min(range(1, 4 * model_config.n_embd + 1), key=lambda inner: abs(size(inner) - target_parameters))
 
 
-# ---------------------------------------------------------------------------------------------------
-# Data
-# ---------------------------------------------------------------------------------------------------
+def class_width(model_config: GPT2Config, size_class: str) -> int:
+    """The dense MLP width matched to the one-factor Krony model of ``size_class`` on ``model_config``."""
+    kron = KroneckerConfig(a_shape=class_a_shape(size_class, model_config.n_embd, model_config.n_inner))
+    return matched_dense_inner(model_config, compressed_parameter_count(model_config, kron))
 
 
 # ---------------------------------------------------------------------------------------------------
-# Evaluation
+# Configuration
 # ---------------------------------------------------------------------------------------------------
 
 
+@dataclass(frozen=True)
+class KronyConfig:
+    """The study's preset (``lmstudy.scales``, "03_kronecker"): which base, what to compress and compare, the
+    continued-training budget and the protocol's slices (module docstring)."""
+
+    base_scale: str  # the shared base of this scale (lmstudy.base)
+    finetune_tokens: int  # continued-training budget of every model (whole steps of the base's batch)
+    finetune_lr: float  # peak learning rate of the continued training
+    fractions: list = field(default_factory=lambda: [0.1, 0.3, 1.0])  # the base's checkpoints the trend starts from
+    classes: list = field(default_factory=lambda: list(CLASSES))
+    inits: list = field(default_factory=lambda: list(INITS))
+    compare_class: str = "81M"  # the class of the trend and the dense baselines (the paper's DistilGPT2 size)
+    seeds: list = field(default_factory=lambda: [0, 1, 2])  # of the continued training, in the trend
+    evals_per_run: int = 2  # validations during continued training (the best weights are kept)
+    val_tokens: int = 0  # first tokens of the base's validation stream scored then; 0 = all
+    table6_class: str = "67M"
+    table6_factors: list = field(default_factory=lambda: [1, 2, 4])
+    distill_alpha: float = 0.9  # weight of the KD term (DistilGPT2: 5.0 KD : 0.5 CE)
+    distill_temperature: float = 2.0  # DistilGPT2's
+    # the protocol's slices (lmstudy.evaluation.EvalConfig)
+    wikitext_tokens: int = 0  # 0 = the whole WikiText-2 test set
+    lambada_examples: int = 0  # 0 = all 5,153 passages
+    domains: list | None = None  # held-out domains; None = all of the protocol's
+    domain_documents: int = 20
+    eval_batch_size: int = 8
+
+    def __post_init__(self) -> None:
+        if self.base_scale not in SCALES:
+            raise ValueError(f"unknown base_scale {self.base_scale!r}; choose one of {', '.join(SCALES)}")
+        unknown = {*self.classes, self.compare_class, self.table6_class} - set(CLASSES)
+        if unknown:
+            raise ValueError(f"unknown size class(es) {sorted(unknown)}; choose from {', '.join(CLASSES)}")
+        if set(self.inits) - set(INITS) or not self.inits:
+            raise ValueError(f"inits must be a non-empty subset of {INITS}, got {self.inits}")
+        recipe = self.recipe
+        kept = recipe.kept_steps()
+        if not self.fractions or set(self.fractions) - set(kept):
+            raise ValueError(f"fractions {self.fractions} must be among the {self.base_scale} base's kept "
+                             f"checkpoints {sorted(kept)}")
+        if not self.seeds:
+            raise ValueError("seeds must hold at least one seed")
+        if self.finetune_tokens < recipe.tokens_per_step:
+            raise ValueError(f"finetune_tokens={self.finetune_tokens:,} is less than one step of the base's batch "
+                             f"({recipe.batch_size} x {recipe.model.seq_len} = {recipe.tokens_per_step:,} tokens)")
+        if self.evals_per_run < 1 or self.evals_per_run > self.finetune_steps:
+            raise ValueError(f"evals_per_run must be between 1 and the {self.finetune_steps} steps, got {self.evals_per_run}")
+        limit = max_factors(self.table6_class, recipe.model.n_embd)
+        if any(not 1 <= n <= limit for n in self.table6_factors):
+            raise ValueError(f"table6_factors {self.table6_factors}: the {self.table6_class} class allows 1 to {limit} "
+                             f"factors at width {recipe.model.n_embd}")
+        if not 0 <= self.distill_alpha <= 1 or self.distill_temperature <= 0:
+            raise ValueError(f"need 0 <= distill_alpha <= 1 and distill_temperature > 0, got "
+                             f"{self.distill_alpha}, {self.distill_temperature}")
+
+    @property
+    def recipe(self) -> BaseConfig:
+        """The shared base's final run of ``base_scale`` (its batch, context, recipe and kept steps)."""
+        return final_config(self.base_scale)
+
+    @property
+    def finetune_steps(self) -> int:
+        """Continued-training steps: ``finetune_tokens`` in whole batches of the base."""
+        return self.finetune_tokens // self.recipe.tokens_per_step
+
+    def eval_config(self) -> EvalConfig:
+        """The protocol's slices."""
+        return EvalConfig(batch_size=self.eval_batch_size, wikitext_tokens=self.wikitext_tokens,
+                          lambada_examples=self.lambada_examples, domains=self.domains,
+                          domain_documents=self.domain_documents)
+
+    def protocol_identity(self) -> dict:
+        """What of the config sets the scores (part of every run's identity)."""
+        return {"wikitext_tokens": self.wikitext_tokens, "lambada_examples": self.lambada_examples,
+                "domains": self.domains, "domain_documents": self.domain_documents}
+
+    def finetune_identity(self) -> dict:
+        """What of the config sets the continued training (part of every trained run's identity)."""
+        return {"steps": self.finetune_steps, "tokens_per_step": self.recipe.tokens_per_step, "lr": self.finetune_lr,
+                "evals": self.evals_per_run, "val_tokens": self.val_tokens, "seed_offset": FINETUNE_SEED_OFFSET}
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """One model of the study: a Krony compression of the base (``init``, ``n_factors``, ``scalars``) or a dense
+    baseline of the class's matched width (``distilled``, ``scratch``)."""
+
+    kind: str
+    size_class: str
+    init: str = ""
+    n_factors: int = 1
+    scalars: bool = False
+
+    def __post_init__(self) -> None:
+        if self.kind not in KINDS:
+            raise ValueError(f"unknown model kind {self.kind!r}; choose one of {', '.join(KINDS)}")
+        if self.size_class not in CLASSES:
+            raise ValueError(f"unknown size class {self.size_class!r}; choose one of {', '.join(CLASSES)}")
+        if self.kind == "krony" and self.init not in INITS:
+            raise ValueError(f"a Krony model needs an init in {INITS}, got {self.init!r}")
+        if self.kind != "krony" and (self.init or self.n_factors != 1 or self.scalars):
+            raise ValueError(f"a {self.kind} model is dense: no init, factors or scalars")
+
+    @property
+    def seeded_init(self) -> bool:
+        """Whether the initial weights depend on the seed: random factors (also pruning's extra factors)."""
+        return self.init == "random" or (self.init == "prune" and self.n_factors > 1)
+
+
 # ---------------------------------------------------------------------------------------------------
-# Distillation (stage 5b)
+# The base and its data (loaded once per process)
+# ---------------------------------------------------------------------------------------------------
+
+
+@functools.lru_cache(maxsize=None)
+def _study_base(scale: str, fraction: float) -> StudyBase:
+    return study_base(scale, fraction)
+
+
+def load_base(config: KronyConfig, fraction: float) -> StudyBase:
+    """The base checkpoint ``fraction`` of ``config.base_scale``, with a private copy of its model."""
+    base = _study_base(config.base_scale, fraction)
+    return StudyBase(model=copy.deepcopy(base.model), tokenizer=base.tokenizer, name=base.name,
+                     fraction=base.fraction, tokens=base.tokens, identity=base.identity)
+
+
+@functools.lru_cache(maxsize=1)
+def _streams(scale: str) -> tuple[torch.Tensor, torch.Tensor]:
+    return base_streams(scale)  # ~0.9 GB of int64 at cpu scale: read once
+
+
+def dense_width(config: KronyConfig) -> int:
+    """The MLP width of the dense baselines: matched to the one-factor Krony model of ``compare_class``."""
+    return class_width(_study_base(config.base_scale, config.fractions[0]).model.config, config.compare_class)
+
+
+def dense_config(config: KronyConfig) -> GPT2Config:
+    """The dense baselines' GPT-2: the base's, with the MLP ``dense_width`` wide."""
+    tokenizer = _study_base(config.base_scale, config.fractions[0]).tokenizer
+    return narrow_config(gpt2_config(config.recipe.model, tokenizer), dense_width(config))
+
+
+def _device() -> torch.device:
+    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+
+def protocol_metrics(model: torch.nn.Module, tokenizer, config: KronyConfig) -> dict:
+    """The shared protocol (:func:`lmstudy.evaluation.evaluate_model`) on ``config``'s slices, flattened:
+    ``<name>_ppl`` (per token), ``_ppl_word``, ``_bpb`` for every benchmark (``wikitext`` for WikiText-2, as
+    ``TextScore.metrics`` names it, ``lambada``, each domain) and ``lambada_acc`` with its Wilson interval
+    ``lambada_acc_low`` / ``lambada_acc_high``."""
+    table = evaluate_model(model, tokenizer, config.eval_config())
+    metrics = {}
+    for row in table.to_dict("records"):
+        name = "wikitext" if row["benchmark"] == "wikitext2" else row["benchmark"]
+        metrics.update({f"{name}_ppl": row["ppl_token"], f"{name}_ppl_word": row["ppl_word"],
+                        f"{name}_bpb": row["bits_per_byte"]})
+        if name == "lambada":
+            metrics.update(lambada_acc=row["accuracy"], lambada_acc_low=row["accuracy_low"],
+                           lambada_acc_high=row["accuracy_high"])
+    return metrics
+
+
+# ---------------------------------------------------------------------------------------------------
+# The dense same-size models
+# ---------------------------------------------------------------------------------------------------
+
+
+def narrow_config(model_config: GPT2Config, n_inner: int) -> GPT2Config:
+    """``model_config`` with the MLP hidden size ``n_inner``."""
+    return GPT2Config(**{**model_config.to_dict(), "n_inner": n_inner})
+
+
+def hidden_unit_scores(mlp: torch.nn.Module) -> torch.Tensor:
+    """``(inner,)``: each MLP hidden unit's ``||input weights|| * ||output weights||``, how far it can move the
+    residual stream for an input of a given size (the magnitude criterion of ``narrowed_model``)."""
+    fan_in = mlp.c_fc.weight.detach().norm(dim=0)  # HF Conv1D (d, inner): column j feeds unit j
+    fan_out = mlp.c_proj.weight.detach().norm(dim=1)  # (inner, d): row j is what unit j writes back
+    return fan_in * fan_out
+
+
+@torch.no_grad()
+def narrowed_model(model: GPT2LMHeadModel, n_inner: int) -> GPT2LMHeadModel:
+    """A dense copy of ``model`` whose every MLP keeps its ``n_inner`` highest-scoring hidden units
+    (``hidden_unit_scores``, in their original order); every other weight is copied as it is."""
+    inner = model.config.n_inner or 4 * model.config.n_embd
+    if not 1 <= n_inner <= inner:
+        raise ValueError(f"n_inner must be between 1 and the model's {inner} hidden units, got {n_inner}")
+    state = model.state_dict()
+    for index, block in enumerate(model.transformer.h):
+        keep = hidden_unit_scores(block.mlp).topk(n_inner).indices.sort().values  # (n_inner,)
+        prefix = f"transformer.h.{index}.mlp"
+        state[f"{prefix}.c_fc.weight"] = block.mlp.c_fc.weight[:, keep]  # (d, n_inner)
+        state[f"{prefix}.c_fc.bias"] = block.mlp.c_fc.bias[keep]  # (n_inner,)
+        state[f"{prefix}.c_proj.weight"] = block.mlp.c_proj.weight[keep, :]  # (n_inner, d); c_proj.bias stays
+    student = GPT2LMHeadModel(narrow_config(model.config, n_inner))
+    student.load_state_dict(state)
+    return student.to(model.device)
+
+
+def scratch_pretraining(config: KronyConfig) -> dict:
+    """Cached, resumable: the dense model of ``dense_width`` trained from random init with the shared base's exact
+    recipe (same stream and windows, batch, schedule, kept checkpoints at the base's kept steps)."""
+    recipe = config.recipe
+
+    def fit(run: Run) -> dict:
+        train_ids, valid_ids = _streams(config.base_scale)
+        torch.manual_seed(recipe.seed)  # as lmstudy.base.build_model
+        model = GPT2LMHeadModel(dense_config(config))
+        if recipe.compile:
+            model.compile()  # as the base run: speed only, the weights' names stay GPT-2's
+        # The task of lmstudy.base.train_base: the same random windows of the same stream, batch for batch.
+        task = LMTask(train_ids, valid_ids, batch_size=recipe.batch_size, seq_len=recipe.model.seq_len,
+                      eval_batch_size=2 * recipe.batch_size, seed=recipe.seed)
+        metrics = train(model, task, recipe.train_config(), run)
+        return {**metrics, "parameters": count_parameters(model), "n_inner": model.config.n_inner,
+                "tokens": metrics["steps"] * recipe.tokens_per_step}
+
+    return cached(STUDY, _scratch_identity(config), fit)
+
+
+def _scratch_identity(config: KronyConfig) -> dict:
+    return {"stage": "scratch_pretraining", "recipe": base_run_config(config.recipe), "n_inner": dense_width(config)}
+
+
+def scratch_checkpoint(config: KronyConfig, fraction: float) -> GPT2LMHeadModel:
+    """The scratch model at the base's kept checkpoint ``fraction`` (training it first), float16-rounded as the
+    shipped base is."""
+    from safetensors.torch import load_model
+
+    scratch_pretraining(config)
+    model = GPT2LMHeadModel(dense_config(config))
+    run = get_run(STUDY, _scratch_identity(config))
+    load_model(model, str(kept_checkpoint(run, config.recipe.kept_steps()[fraction]) / "model.safetensors"))
+    return model.to(torch.float16).to(torch.float32).eval()
+
+
+# ---------------------------------------------------------------------------------------------------
+# Distillation
 # ---------------------------------------------------------------------------------------------------
 
 
@@ -194,144 +455,308 @@ class DistillTask(LMTask):
 # ---------------------------------------------------------------------------------------------------
 
 
-def compressed_run(config: KronyStudyConfig, size_class: str, init: str, n_factors: int = 1,
-                   scalars: bool = False) -> dict:
-    """Stages 2-4 (cached): compress the base, evaluate, continue training, evaluate again."""
-    run_config = {"stage": "compressed", "base": config.base_config(), "class": size_class, "init": init,
-                  "n_factors": n_factors, "scalars": scalars, "finetune_steps": config.finetune_steps,
-                  "finetune_lr": config.finetune_lr, "eval_every": config.eval_every,
-                  "wikitext_tokens": config.wikitext_tokens, "lambada_examples": config.lambada_examples}
+def initial_model(config: KronyConfig, fraction: float, spec: ModelSpec, seed: int = 0) -> GPT2LMHeadModel:
+    """The model of ``spec`` as continued training starts it, from the base checkpoint ``fraction``."""
+    base = load_base(config, fraction)
+    if spec.kind == "krony":
+        kron = KroneckerConfig(a_shape=class_a_shape(spec.size_class, base.model.config.n_embd),
+                               n_factors=spec.n_factors, scalars=spec.scalars)
+        return compress(base.model, kron, spec.init, generator=torch.Generator().manual_seed(seed))
+    if spec.kind == "distilled":
+        return narrowed_model(base.model, dense_width(config))
+    return scratch_checkpoint(config, fraction)
+
+
+def _identity(config: KronyConfig, fraction: float, spec: ModelSpec, stage: str, seed: int | None) -> dict:
+    """A run's config: the base checkpoint, the model, the protocol, and what else sets its weights."""
+    identity = {"stage": stage, "base": _study_base(config.base_scale, fraction).identity, "model": asdict(spec),
+                "seed": seed, "protocol": config.protocol_identity()}
+    if spec.kind != "krony":
+        identity["n_inner"] = dense_width(config)
+    if spec.kind == "scratch":
+        identity["scratch_run"] = config_hash(_scratch_identity(config))
+    return identity
+
+
+def initial_metrics(config: KronyConfig, fraction: float, spec: ModelSpec, seed: int = 0) -> dict:
+    """Cached: the protocol's scores of ``spec`` before continued training (the seed matters for random
+    Kronecker factors only, so deterministic inits are scored once for every seed)."""
+    seed = seed if spec.seeded_init else None
 
     def fn(run: Run) -> dict:
-        model, data = load_base(config)
-        base_parameters = count_parameters(model)
-        kron = KroneckerConfig(a_shape=class_a_shape(size_class, config.n_embd), n_factors=n_factors, scalars=scalars)
-        compress(model, kron, init, generator=torch.Generator().manual_seed(config.seed))
-        before = {f"before_{key}": value for key, value in evaluate(model, data, config).items()}
-        metrics = train_on(model, data, config, run, config.finetune_steps, config.finetune_lr)
-        return {**metrics, **before, **evaluate(model, data, config), "parameters": count_parameters(model),
-                "size_ratio": count_parameters(model) / base_parameters, "a_shape": list(kron.a_shape)}
+        base = _study_base(config.base_scale, fraction)
+        model = initial_model(config, fraction, spec, seed or 0).to(_device())
+        return {**protocol_metrics(model, base.tokenizer, config), "parameters": count_parameters(model)}
 
-    return cached(STUDY, run_config, fn)
+    return cached(STUDY, _identity(config, fraction, spec, "initial", seed), fn)
 
 
-def _matched_dense_model(config: KronyStudyConfig, data, target_parameters: int) -> tuple[GPT2LMHeadModel, int]:
-    """A freshly initialised (seeded) dense GPT-2 whose MLP width gives ~``target_parameters``, and that width."""
-    inner = matched_dense_inner(gpt2_config(config, len(data.tokenizer)), target_parameters)
-    torch.manual_seed(config.seed)
-    return GPT2LMHeadModel(gpt2_config(config, len(data.tokenizer), n_inner=inner)), inner
+def finetune_train_config(config: KronyConfig, seed: int) -> TrainConfig:
+    """The continued training: the base's recipe (optimizer, decay, warm-up share, cosine) over ``finetune_steps``."""
+    recipe, steps = config.recipe, config.finetune_steps
+    every = max(1, steps // config.evals_per_run)
+    return TrainConfig(max_steps=steps, lr=config.finetune_lr, weight_decay=recipe.weight_decay, betas=(0.9, 0.95),
+                       lr_schedule="cosine", warmup_steps=round(recipe.warmup_fraction * steps), eval_every=every,
+                       checkpoint_every=every, log_every=max(1, min(10, every)), seed=seed)
 
 
-def dense_baseline_run(config: KronyStudyConfig, target_parameters: int) -> dict:
-    """Stage 5 (cached): a dense GPT-2 with ~``target_parameters``, from scratch, on the total token budget."""
-    run_config = {"stage": "dense", "base": config.base_config(), "target_parameters": target_parameters,
-                  "finetune_steps": config.finetune_steps, "eval_every": config.eval_every,
-                  "wikitext_tokens": config.wikitext_tokens, "lambada_examples": config.lambada_examples}
+def continued_run(config: KronyConfig, fraction: float, spec: ModelSpec, seed: int = 0) -> dict:
+    """Cached, resumable: ``spec`` from the base checkpoint ``fraction``, continued training (seed ``seed``), the
+    best validation weights scored by the protocol."""
+    identity = {**_identity(config, fraction, spec, "continued", seed), "finetune": config.finetune_identity()}
+    if spec.kind == "distilled":
+        identity["distill"] = {"alpha": config.distill_alpha, "temperature": config.distill_temperature}
 
     def fn(run: Run) -> dict:
-        _, data = load_base(config)
-        model, inner = _matched_dense_model(config, data, target_parameters)
-        metrics = train_on(model, data, config, run, config.pretrain_steps + config.finetune_steps, config.lr)
-        return {**metrics, **evaluate(model, data, config), "parameters": count_parameters(model), "n_inner": inner}
+        base = load_base(config, fraction)
+        model = initial_model(config, fraction, spec, seed)
+        train_ids, valid_ids = _streams(config.base_scale)
+        task_args = dict(batch_size=config.recipe.batch_size, seq_len=config.recipe.model.seq_len,
+                         eval_batch_size=2 * config.recipe.batch_size, max_eval_tokens=config.val_tokens or None,
+                         seed=FINETUNE_SEED_OFFSET + seed)
+        if spec.kind == "distilled":
+            task = DistillTask(train_ids, valid_ids, teacher=base.model, alpha=config.distill_alpha,
+                               temperature=config.distill_temperature, **task_args)
+        else:
+            task = LMTask(train_ids, valid_ids, **task_args)
+        metrics = train_and_restore(model, task, finetune_train_config(config, seed), run,
+                                    evaluate=lambda trained: protocol_metrics(trained, base.tokenizer, config))
+        return {**metrics, "parameters": count_parameters(model),
+                "finetune_tokens": metrics["steps"] * config.recipe.tokens_per_step}
 
-    return cached(STUDY, run_config, fn)
+    return cached(STUDY, identity, fn)
 
 
-def distilled_run(config: KronyStudyConfig, target_parameters: int) -> dict:
-    """Stage 5b (cached): the dense model of ``dense_baseline_run`` (same size, init, budget), distilled from the base."""
-    run_config = {"stage": "distilled", "base": config.base_config(), "target_parameters": target_parameters,
-                  "finetune_steps": config.finetune_steps, "eval_every": config.eval_every,
-                  "alpha": config.distill_alpha, "temperature": config.distill_temperature,
-                  "wikitext_tokens": config.wikitext_tokens, "lambada_examples": config.lambada_examples}
-
+def base_metrics(config: KronyConfig, fraction: float) -> dict:
+    """Cached: the protocol's scores of the base checkpoint ``fraction`` itself."""
     def fn(run: Run) -> dict:
-        teacher, data = load_base(config)
-        model, inner = _matched_dense_model(config, data, target_parameters)  # the dense baseline's initial weights
-        task = DistillTask(data.train, data.valid, batch_size=config.batch_size, seq_len=config.seq_len,
-                           seed=config.seed, teacher=teacher, alpha=config.distill_alpha,
-                           temperature=config.distill_temperature)
-        metrics = train_on(model, data, config, run, config.pretrain_steps + config.finetune_steps, config.lr, task)
-        return {**metrics, **evaluate(model, data, config), "parameters": count_parameters(model), "n_inner": inner}
+        base = load_base(config, fraction)
+        return {**protocol_metrics(base.model.to(_device()), base.tokenizer, config),
+                "parameters": count_parameters(base.model)}
 
-    return cached(STUDY, run_config, fn)
-
-
-RESULT_COLUMNS = ["model", "class", "init", "parameters", "n_inner", "size_ratio", "paper_ratio",
-                  "before_wikitext_ppl", "wikitext_ppl", "before_lambada_ppl", "lambada_ppl",
-                  "before_lambada_acc", "lambada_acc"]
-
-
-def results_table(config: KronyStudyConfig) -> pd.DataFrame:
-    """Every model of stages 1-5b as one row (training happens here, through the run cache).
-
-    ``model`` is "base (dense)", "Krony", "dense, same size" or "distilled"; ``n_inner`` is the MLP width of
-    the dense rows (the base's is ``4 * n_embd``).
-    """
-    base = pretrain_base(config)
-    rows = [{"model": "base (dense)", "class": "", "init": "", "parameters": base["parameters"], "size_ratio": 1.0,
-             **{key: base[key] for key in ("wikitext_ppl", "lambada_ppl", "lambada_acc")}}]
-    for size_class in config.classes:
-        sizes = []
-        for init in config.inits:
-            metrics = compressed_run(config, size_class, init)
-            sizes.append(metrics["parameters"])
-            rows.append({"model": "Krony", "class": size_class, "init": init,
-                         "paper_ratio": PAPER_RATIOS[size_class],
-                         **{key: metrics[key] for key in RESULT_COLUMNS if key in metrics}})
-        if size_class in config.baseline_classes and sizes:
-            for model, run_fn, init in (("dense, same size", dense_baseline_run, "scratch"),
-                                        ("distilled", distilled_run, "scratch, KD from base")):
-                metrics = run_fn(config, sizes[0])
-                rows.append({"model": model, "class": size_class, "init": init,
-                             "parameters": metrics["parameters"], "n_inner": metrics["n_inner"],
-                             "size_ratio": metrics["parameters"] / base["parameters"],
-                             **{key: metrics[key] for key in ("wikitext_ppl", "lambada_ppl", "lambada_acc")}})
-    return pd.DataFrame(rows).reindex(columns=RESULT_COLUMNS)
-
-
-def claims(results: pd.DataFrame, baseline_classes: list[str]) -> pd.DataFrame:
-    """The paper's central claim in each of ``baseline_classes`` (claim, verdict, evidence): the best Krony
-    model of the class (lowest wikitext-2 perplexity over the inits) beats the dense same-size model and the
-    distilled student trained on the same token budget (stages 5 and 5b). ``results``: :func:`results_table`.
-
-    One seed, so there is no seed noise to compare with: the lower wikitext-2 perplexity decides.
-    """
-    rows: list[ClaimRow] = []
-    for size_class in baseline_classes:
-        models = results[results["class"] == size_class].set_index("model")
-        for other in ("dense, same size", "distilled"):
-            claim = f"{size_class}: the best Krony model beats {other} (wikitext-2 ppl)"
-            if "Krony" not in models.index or other not in models.index:
-                rows.append(ClaimRow(claim, NOT_RUN, f"needs the Krony and {other} rows of {size_class}"))
-                continue
-            krony = models.loc[["Krony"]].sort_values("wikitext_ppl").iloc[0]
-            baseline = models.loc[other]
-            verdict = HOLDS if krony["wikitext_ppl"] < baseline["wikitext_ppl"] else DOES_NOT_HOLD
-            rows.append(ClaimRow(claim, verdict, (
-                f"Krony ({krony['init']}) wikitext ppl {krony['wikitext_ppl']:.1f} vs {other} "
-                f"{baseline['wikitext_ppl']:.1f}; LAMBADA ppl {krony['lambada_ppl']:.1f} vs "
-                f"{baseline['lambada_ppl']:.1f}")))
-    return claims_table(rows)
-
-
-def table6(config: KronyStudyConfig) -> pd.DataFrame:
-    """Stage 7: the paper's empty Table 6 (Van Loan init, ``table6_class`` shapes, same continued training)."""
-    rows = []
-    for n_factors, scalars in ((1, False), (config.table6_factors, False), (config.table6_factors, True)):
-        metrics = compressed_run(config, config.table6_class, "van_loan", n_factors, scalars)
-        rows.append({"factors": n_factors, "scalars": scalars, "parameters": metrics["parameters"],
-                     **{key: metrics[key] for key in ("before_wikitext_ppl", "wikitext_ppl", "lambada_ppl",
-                                                      "lambada_acc")}})
-    return pd.DataFrame(rows)
+    identity = {"stage": "base", "base": _study_base(config.base_scale, fraction).identity,
+                "protocol": config.protocol_identity()}
+    return cached(STUDY, identity, fn)
 
 
 # ---------------------------------------------------------------------------------------------------
-# Reconstruction error (stage 6)
+# Tables
+# ---------------------------------------------------------------------------------------------------
+
+METRICS = ["wikitext_bpb", "wikitext_ppl", "wikitext_ppl_word", "lambada_acc", "lambada_acc_low", "lambada_acc_high",
+           "lambada_ppl"]
+
+
+def _row(config: KronyConfig, spec: ModelSpec, initial: dict, trained: dict, base_parameters: int) -> dict:
+    """One table row: the model, its size, its scores before (``before_*``) and after continued training, and
+    each held-out domain's bits per byte after."""
+    domains = eval_domains() if config.domains is None else config.domains
+    return {"model": LABELS[spec.kind], "class": spec.size_class, "init": spec.init, "factors": spec.n_factors,
+            "scalars": spec.scalars, "parameters": trained["parameters"],
+            "size_ratio": trained["parameters"] / base_parameters, "paper_ratio": PAPER_RATIOS[spec.size_class],
+            **{f"before_{key}": initial[key] for key in ("wikitext_bpb", "wikitext_ppl", "lambada_acc")},
+            **{key: trained[key] for key in METRICS}, **{f"{d}_bpb": trained[f"{d}_bpb"] for d in domains}}
+
+
+def base_table(config: KronyConfig) -> pd.DataFrame:
+    """The base at each checkpoint of ``fractions``: its training tokens and the protocol's scores."""
+    rows = []
+    for fraction in config.fractions:
+        base = _study_base(config.base_scale, fraction)
+        metrics = base_metrics(config, fraction)
+        rows.append({"checkpoint": base.name, "fraction": fraction, "base_tokens": base.tokens,
+                     "parameters": metrics["parameters"], **{key: metrics[key] for key in METRICS}})
+    return pd.DataFrame(rows)
+
+
+def _models_at(config: KronyConfig, fraction: float, specs: list[ModelSpec], seed: int, desc: str) -> list[dict]:
+    """Rows of ``specs`` from checkpoint ``fraction`` (training what is not cached), beside the base's size."""
+    base_parameters = base_metrics(config, fraction)["parameters"]
+    rows = []
+    for spec in tqdm(specs, desc=desc, unit="model"):
+        trained = continued_run(config, fraction, spec, seed)
+        rows.append(_row(config, spec, initial_metrics(config, fraction, spec, seed), trained, base_parameters))
+    return rows
+
+
+def grid_table(config: KronyConfig) -> pd.DataFrame:
+    """The full grid at the final checkpoint, seed 0: every class x init, then the dense baselines of
+    ``compare_class``; a first row for the base itself."""
+    fraction = config.fractions[-1]
+    base = base_metrics(config, fraction)
+    specs = [ModelSpec("krony", size_class, init) for size_class in config.classes for init in config.inits]
+    specs += [ModelSpec(kind, config.compare_class) for kind in ("distilled", "scratch")]
+    rows = [{"model": "base", "parameters": base["parameters"], "size_ratio": 1.0,
+             **{key: base[key] for key in METRICS}}]
+    rows += _models_at(config, fraction, specs, config.seeds[0], "grid")
+    return pd.DataFrame(rows)
+
+
+def best_init(grid: pd.DataFrame, size_class: str) -> str:
+    """The Krony init of ``size_class`` with the lowest WikiText-2 bits per byte in ``grid`` (``grid_table``)."""
+    krony = grid[(grid["model"] == LABELS["krony"]) & (grid["class"] == size_class)]
+    if krony.empty:
+        raise ValueError(f"the grid has no Krony row of class {size_class}")
+    return krony.loc[krony["wikitext_bpb"].idxmin(), "init"]
+
+
+def table6(config: KronyConfig) -> pd.DataFrame:
+    """The paper's empty Table 6 at the final checkpoint, seed 0: Van Loan init, ``table6_class`` shapes,
+    ``table6_factors`` factors, each without and with per-factor scalars."""
+    specs = [ModelSpec("krony", config.table6_class, "van_loan", n, scalars)
+             for n in config.table6_factors for scalars in (False, True)]
+    return pd.DataFrame(_models_at(config, config.fractions[-1], specs, config.seeds[0], "table 6"))
+
+
+def trend_table(config: KronyConfig, init: str) -> pd.DataFrame:
+    """The central comparison from every checkpoint of ``fractions`` and every seed: the ``compare_class`` Krony
+    model (``init``) vs the distilled and the scratch models; one row per checkpoint x seed x model."""
+    specs = [ModelSpec("krony", config.compare_class, init), ModelSpec("distilled", config.compare_class),
+             ModelSpec("scratch", config.compare_class)]
+    rows = []
+    for fraction in config.fractions:
+        tokens = _study_base(config.base_scale, fraction).tokens
+        for seed in config.seeds:
+            for row in _models_at(config, fraction, specs, seed, f"trend {fraction:.0%} seed {seed}"):
+                rows.append({"fraction": fraction, "base_tokens": tokens, "seed": seed, **row})
+    return pd.DataFrame(rows)
+
+
+def trend_gaps(trend: pd.DataFrame, metric: str = "wikitext_bpb") -> pd.DataFrame:
+    """Per checkpoint and seed: Krony minus distilled and Krony minus scratch in ``metric`` (negative = Krony
+    better for perplexities and bits), from ``trend_table``'s rows."""
+    wide = trend.pivot_table(index=["fraction", "base_tokens", "seed"], columns="model", values=metric)
+    krony = wide[LABELS["krony"]]
+    return pd.DataFrame({"krony_minus_distilled": krony - wide[LABELS["distilled"]],
+                         "krony_minus_scratch": krony - wide[LABELS["scratch"]]}).reset_index()
+
+
+# ---------------------------------------------------------------------------------------------------
+# Claims
+# ---------------------------------------------------------------------------------------------------
+
+
+def _one(table: pd.DataFrame, **where) -> pd.Series | None:
+    """The one row of ``table`` matching ``where`` (column = value), or None."""
+    mask = pd.Series(True, index=table.index)
+    for column, value in where.items():
+        mask &= table[column] == value
+    return table[mask].iloc[0] if mask.any() else None
+
+
+def _single_seed_row(claim: str, claimed: pd.Series | None, other: pd.Series | None, what: str,
+                     metric: str = "wikitext_bpb") -> ClaimRow:
+    """A one-seed comparison (the sign decides): ``claimed`` beats ``other`` on ``metric`` (lower is better)."""
+    if claimed is None or other is None:
+        return ClaimRow(claim, NOT_RUN, f"needs the rows of {what}")
+    advantage = effect(Spread.of([claimed[metric]]), Spread.of([other[metric]]), "lower")
+    return ClaimRow(claim, verdict_of(advantage), f"{metric} {claimed[metric]:.4f} vs {other[metric]:.4f}; "
+                    f"effect {advantage.format(4, sign=True)} (one seed: the sign decides)")
+
+
+def claims(config: KronyConfig, grid: pd.DataFrame, table6_rows: pd.DataFrame, trend: pd.DataFrame) -> pd.DataFrame:
+    """The paper's claims, verdicts through :mod:`lmstudy.claims`:
+
+    - at every checkpoint of the trend, the ``compare_class`` Krony model beats the distilled and the scratch
+      model of its size (WikiText-2 bits per byte; the effect is the per-seed paired difference, so its spread
+      is the seeds'), and the trend of that effect over the base's training tokens;
+    - Van Loan and pruning beat random init, per class (the grid, one seed);
+    - more factors beat one, and scalars help, at each factor count (Table 6, one seed).
+    """
+    rows: list[ClaimRow] = []
+    gaps = trend_gaps(trend)
+    levels = [int(tokens) for tokens in sorted(gaps["base_tokens"].unique())]
+    for kind in ("distilled", "scratch"):
+        effects, notes = [], []
+        for tokens in levels:
+            at = trend[trend["base_tokens"] == tokens]
+            krony, other = (Spread.of(at[at["model"] == LABELS[side]]["wikitext_bpb"]) for side in ("krony", kind))
+            effects.append(Spread.of(-gaps[gaps["base_tokens"] == tokens][f"krony_minus_{kind}"]))  # > 0: Krony better
+            notes.append(f"base {tokens / 1e6:.2f}M tokens: Krony {krony.format(4)} vs {LABELS[kind]} "
+                         f"{other.format(4)} bits/byte")
+        rows += trend_rows(f"{config.compare_class}: Krony beats the same-size {LABELS[kind]} model", levels, effects,
+                           digits=4, evidence=notes, dataset="WikiText-2 bits per byte")
+    final = grid[grid["model"] == LABELS["krony"]]
+    inits = [init for init in ("van_loan", "prune") if init in config.inits and "random" in config.inits]
+    for size_class in config.classes:
+        for init in inits:
+            rows.append(_single_seed_row(f"{size_class}: {init} init beats random init",
+                                         _one(final, **{"class": size_class, "init": init}),
+                                         _one(final, **{"class": size_class, "init": "random"}),
+                                         f"{size_class} {init} and random"))
+    for n in config.table6_factors:
+        if n > 1:
+            rows.append(_single_seed_row(f"{config.table6_class}: {n} factors beat 1 (no scalars)",
+                                         _one(table6_rows, factors=n, scalars=False),
+                                         _one(table6_rows, factors=1, scalars=False), f"{n} and 1 factors"))
+        rows.append(_single_seed_row(f"{config.table6_class}: scalars help with {n} factor(s)",
+                                     _one(table6_rows, factors=n, scalars=True),
+                                     _one(table6_rows, factors=n, scalars=False), f"{n} factors, both ways"))
+    return claims_table(rows)
+
+
+# ---------------------------------------------------------------------------------------------------
+# Figures
+# ---------------------------------------------------------------------------------------------------
+
+
+def plot_trend(gaps: pd.DataFrame, title: str = ""):
+    """Krony minus each baseline in WikiText-2 bits per byte against the base's training tokens: every seed
+    (dots) and the mean with its seed std (error bars); below zero, Krony is better."""
+    import matplotlib.pyplot as plt
+
+    figure, axis = plt.subplots(figsize=(6.5, 4))
+    for column, label, colour, shift in (("krony_minus_distilled", "Krony − distilled", "C0", 0.97),
+                                         ("krony_minus_scratch", "Krony − scratch, equal data", "C1", 1.03)):
+        summary = gaps.groupby("base_tokens")[column].agg(["mean", "std"]).reset_index()
+        x = summary["base_tokens"] * shift  # side by side on the log axis
+        axis.errorbar(x, summary["mean"], yerr=summary["std"].fillna(0), color=colour, marker="o", capsize=4,
+                      label=label)
+        axis.scatter(gaps["base_tokens"] * shift, gaps[column], color=colour, alpha=0.4, s=14)
+    axis.axhline(0, color="black", lw=0.8)
+    axis.set_xscale("log")
+    axis.set(xlabel="base training tokens", ylabel="gap in WikiText-2 bits per byte",
+             title=title or "Krony minus same-size dense models (below 0: Krony better)")
+    axis.legend()
+    figure.tight_layout()
+    return figure
+
+
+def plot_grid(grid: pd.DataFrame, title: str = ""):
+    """WikiText-2 bits per byte before and after continued training for every model of the grid; the base and
+    the dense baselines' scores after training as lines."""
+    import matplotlib.pyplot as plt
+    import seaborn as sns
+
+    sns.set_theme(style="whitegrid")
+    krony = grid[grid["model"] == LABELS["krony"]]
+    long = pd.concat([krony.assign(stage="after compression", bpb=krony["before_wikitext_bpb"]),
+                      krony.assign(stage="after continued training", bpb=krony["wikitext_bpb"])])
+    long = long.assign(label=long["class"] + " " + long["init"])
+    figure, axis = plt.subplots(figsize=(8, 3.8))
+    sns.barplot(data=long, x="label", y="bpb", hue="stage", ax=axis)
+    others = grid[~grid["model"].isin([LABELS["krony"]])]
+    for (_, row), colour in zip(others.iterrows(), sns.color_palette("dark", len(others))):
+        name = row["model"] if row["model"] == "base" else f"{row['model']} ({row['class']})"
+        axis.axhline(row["wikitext_bpb"], color=colour, linestyle="--" if row["model"] == "base" else ":", label=name)
+    top = long["bpb"].quantile(0.9) * 1.1  # a random init's score before training would flatten every other bar
+    axis.set_ylim(min(long["bpb"].min(), others["wikitext_bpb"].min()) * 0.95, top)
+    axis.set(xlabel="", ylabel="WikiText-2 bits per byte", title=title)
+    axis.tick_params(axis="x", rotation=30)
+    axis.legend(fontsize=8)
+    figure.tight_layout()
+    return figure
+
+
+# ---------------------------------------------------------------------------------------------------
+# Reconstruction error
 # ---------------------------------------------------------------------------------------------------
 
 
 def reconstruction_errors(model: GPT2LMHeadModel, classes: list[str]) -> pd.DataFrame:
-    """Per block, MLP matrix and size class: the rank-1 Van Loan error and its references (docstring, 6)."""
+    """Per block, MLP matrix and size class: the relative Frobenius error ``||W - A ⊗ B|| / ||W||`` of the rank-1
+    Van Loan factors, the Eckart–Young bound from the singular values of the rearranged ``R(W)`` (they coincide:
+    Van Loan is optimal) and, as a reference, the best truncated SVD of ``W`` with at most the pair's parameters."""
     rows = []
     n_embd = model.config.n_embd
     for index, block in enumerate(model.transformer.h):
@@ -345,13 +770,12 @@ def reconstruction_errors(model: GPT2LMHeadModel, classes: list[str]) -> pd.Data
                 a, b = van_loan(weight, a_shape, b_shape)
                 error = (weight - torch.kron(a[0], b[0])).norm() / norm
                 (p, q), (r, t) = a_shape, b_shape
-                rearranged = weight.reshape(p, r, q, t).permute(0, 2, 1, 3).reshape(p * q, r * t)
+                rearranged = weight.reshape(p, r, q, t).permute(0, 2, 1, 3).reshape(p * q, r * t)  # R(W): (p*q, r*t)
                 sigma = torch.linalg.svdvals(rearranged)
                 bound = sigma[1:].norm() / norm  # Eckart–Young: the best rank-1 approximation of R(W)
                 # Truncated SVD of W itself with at most the pair's parameter count (k * (out + in) <= p*q + r*t).
                 k = factor_pair_parameters(a_shape, b_shape) // sum(weight.shape)
-                singular = torch.linalg.svdvals(weight)
-                lowrank = singular[k:].norm() / norm
+                lowrank = torch.linalg.svdvals(weight)[k:].norm() / norm
                 rows.append({"layer": index, "matrix": matrix, "class": size_class,
                              "van_loan_error": error.item(), "svd_bound": bound.item(),
                              "lowrank_same_params_error": lowrank.item(), "lowrank_rank": k})
@@ -364,44 +788,15 @@ def plot_reconstruction(errors: pd.DataFrame, title: str = ""):
     import seaborn as sns
 
     sns.set_theme(style="whitegrid")
-    frame = errors.assign(position=errors["layer"])
     figure, axes = plt.subplots(1, 2, figsize=(9, 3.5), sharey=True)
     for axis, matrix in zip(axes, ("c_fc", "c_proj")):
-        part = frame[frame["matrix"] == matrix]
-        sns.lineplot(data=part, x="position", y="svd_bound", hue="class", ax=axis, legend=False)
-        sns.scatterplot(data=part, x="position", y="van_loan_error", hue="class", marker="o", s=50, ax=axis)
-        sns.scatterplot(data=part, x="position", y="lowrank_same_params_error", hue="class", marker="x", s=50,
+        part = errors[errors["matrix"] == matrix]
+        sns.lineplot(data=part, x="layer", y="svd_bound", hue="class", ax=axis, legend=False)
+        sns.scatterplot(data=part, x="layer", y="van_loan_error", hue="class", marker="o", s=50, ax=axis)
+        sns.scatterplot(data=part, x="layer", y="lowrank_same_params_error", hue="class", marker="x", s=50,
                         ax=axis, legend=False)
         axis.set(xlabel="block", ylabel="relative Frobenius error", title=f"mlp.{matrix}")
-        axis.set_xticks(sorted(part["position"].unique()))
+        axis.set_xticks(sorted(part["layer"].unique()))
     figure.suptitle(title or "Van Loan (o) vs SVD bound (line) vs low-rank, same parameters (x)")
-    figure.tight_layout()
-    return figure
-
-
-def plot_results(results: pd.DataFrame, title: str = ""):
-    """Wikitext perplexity before/after continued training for every compressed model; lines: base, dense
-    same-size and distilled models."""
-    import matplotlib.pyplot as plt
-    import seaborn as sns
-
-    sns.set_theme(style="whitegrid")
-    krony = results[results["model"] == "Krony"]
-    long = pd.concat([
-        krony.assign(stage="after compression", ppl=krony["before_wikitext_ppl"]),
-        krony.assign(stage="after continued training", ppl=krony["wikitext_ppl"]),
-    ])
-    long = long.assign(label=long["class"] + " " + long["init"])
-    figure, axis = plt.subplots(figsize=(8, 3.8))
-    sns.barplot(data=long, x="label", y="ppl", hue="stage", ax=axis)
-    base = results[results["model"] == "base (dense)"]["wikitext_ppl"].iloc[0]
-    axis.axhline(base, color="black", linestyle="--", label="base")
-    # The fair comparisons of the baseline classes: dense same-size model and distilled student.
-    others = results[results["model"].isin(["dense, same size", "distilled"])]
-    for (_, row), color in zip(others.iterrows(), sns.color_palette("dark", len(others))):
-        axis.axhline(row["wikitext_ppl"], color=color, linestyle=":", label=f"{row['model']} ({row['class']})")
-    axis.set(xlabel="", ylabel="wikitext-2 test perplexity (our BPE)", title=title)
-    axis.tick_params(axis="x", rotation=30)
-    axis.legend()
     figure.tight_layout()
     return figure
