@@ -1,5 +1,6 @@
 """GPT2E (Entity-Transformer GPT-2) and its entity data: exactness against GPT-2, causality, memory rules,
-save/load, and a few training steps on real GUM slices."""
+the ablation options (learned initial state, per-mention memory), FLOP count, save/load, and a few training
+steps on real GUM slices."""
 
 from __future__ import annotations
 
@@ -21,7 +22,9 @@ from lmstudy.entity.data import (
     load_entity_documents,
     stream_batches,
 )
-from lmstudy.entity.model import GPT2E, GPT2EConfig, EntityTransformerBlock, update_memory
+from lmstudy.entity.model import (
+    GPT2E, EntityMemory, EntityTransformerBlock, GPT2EConfig, training_flops_per_token, update_memory,
+)
 from lmstudy.training import TrainTask
 from tests.conftest import require_corpus
 
@@ -42,11 +45,14 @@ def tiny_gpt2e(seed: int = 0, **overrides) -> GPT2E:
     return GPT2E(GPT2EConfig(**{**TINY, **overrides})).eval()
 
 
-def random_memory(B: int, S: int, C: int, seed: int = 1) -> torch.Tensor:
+def random_memory(B: int, S: int, C: int, seed: int = 1) -> EntityMemory:
+    """Every entity slot written with a random state; slot 0 (E_null) unwritten."""
     generator = torch.Generator().manual_seed(seed)
-    memory = torch.randn(B, S, C, generator=generator)
-    memory[:, 0] = 1.0  # E_null
-    return memory
+    states = torch.randn(B, S, C, generator=generator)
+    states[:, 0] = 1.0
+    written = torch.ones(B, S, dtype=torch.bool)
+    written[:, 0] = False
+    return EntityMemory(states, written)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -108,9 +114,10 @@ def test_with_null_entities_everywhere_the_memory_is_irrelevant_and_stream_loss_
 # causality
 
 
+@pytest.mark.parametrize("memory_update", ["chunk", "mention"])
 @pytest.mark.parametrize("t", [1, 5, 11])
-def test_changing_tokens_or_entities_at_or_after_t_leaves_earlier_logits_unchanged(t):
-    model = tiny_gpt2e()
+def test_changing_tokens_or_entities_at_or_after_t_leaves_earlier_logits_unchanged(t, memory_update):
+    model = live_entity_model(memory_update=memory_update)
     T = 12
     x, e = torch.randint(0, 97, (2, T)), torch.randint(0, 6, (2, T))
     memory = random_memory(2, 8, 32)
@@ -142,7 +149,7 @@ def test_logits_of_a_later_chunk_depend_on_the_earlier_chunk_only_through_the_me
     x1, x2 = torch.randint(0, 97, (1, 8)), torch.randint(0, 97, (1, 8))
     e1, e2 = torch.tensor([[0, 1, 1, 0, 2, 0, 0, 0]]), torch.tensor([[1, 0, 0, 2, 0, 3, 0, 0]])
     memory = model(x1, entity_ids=e1).entity_memory
-    assert memory.shape == (1, 3, 32)
+    assert memory.states.shape == (1, 3, 32) and memory.written.tolist() == [[False, True, True]]
     second = model(x2, entity_ids=e2, entity_memory=memory).logits
     fresh = model(x2, entity_ids=e2).logits
     assert not torch.allclose(second, fresh)  # the memory carries information across chunks
@@ -163,22 +170,27 @@ def test_memory_starts_at_ones_and_is_updated_only_from_mentions():
                       [0, 0, 0, 0, 0, 0, 0, 0, 0]])
     out = model(x, entity_ids=e)
     memory, hidden = out.entity_memory, out.last_hidden_state
-    assert memory.shape == (2, 4, 32) and not memory.requires_grad
-    assert torch.equal(memory[:, 0], torch.ones(2, 32))  # E_null never changes
-    assert torch.equal(memory[0, 3], hidden[0, 6])  # last sub-token of entity 3's last mention
-    assert torch.equal(memory[0, 1], hidden[0, 4])
-    assert torch.equal(memory[0, 2], torch.ones(32))  # not in this chunk: still ones
-    assert torch.equal(memory[1], torch.ones(4, 32))  # a row without mentions keeps a fresh memory
+    assert memory.states.shape == (2, 4, 32) and not memory.states.requires_grad
+    assert torch.equal(out.entity_states, torch.ones(2, 9, 32))  # a fresh memory reads ones everywhere
+    assert memory.written.tolist() == [[False, True, False, True], [False] * 4]  # E_null is never written
+    assert torch.equal(memory.states[0, 3], hidden[0, 6])  # last sub-token of entity 3's last mention
+    assert torch.equal(memory.states[0, 1], hidden[0, 4])
+    # the next chunk reads what was written, and ones for entity 2 (not seen yet) and for E_null
+    after = model(x, entity_ids=e, entity_memory=memory).entity_states
+    assert torch.equal(after[0, 1], hidden[0, 6]) and torch.equal(after[0, 4], hidden[0, 4])
+    assert torch.equal(after[0, 0], torch.ones(32)) and torch.equal(after[1], torch.ones(9, 32))
 
 
 def test_update_memory_keeps_absent_entities_and_the_null_slot():
     memory = random_memory(1, 4, 3)
+    memory.written[0, 3] = False
     ids = torch.tensor([[2, 0, 2]])
     hidden = torch.arange(9.0).view(1, 3, 3)
     new = update_memory(memory, ids, hidden)
-    assert torch.equal(new[0, 2], hidden[0, 2])
+    assert torch.equal(new.states[0, 2], hidden[0, 2])
     for slot in (0, 1, 3):
-        assert torch.equal(new[0, slot], memory[0, slot])
+        assert torch.equal(new.states[0, slot], memory.states[0, slot])
+    assert new.written.tolist() == [[False, True, True, False]]
 
 
 def test_memory_is_reset_for_a_new_document_grows_for_new_ids_and_rows_stay_separate():
@@ -195,8 +207,8 @@ def test_memory_is_reset_for_a_new_document_grows_for_new_ids_and_rows_stay_sepa
     assert torch.allclose(continued.logits[0], carried.logits[0], atol=1e-6, rtol=0)
     assert not torch.allclose(continued.logits[0], restart.logits[0])
     grown = model(x, entity_ids=e.clamp(max=0) + torch.tensor([[0, 0, 0, 0, 0, 5]] * 2), entity_memory=memory)
-    assert grown.entity_memory.shape == (2, 6, 32)
-    assert torch.equal(grown.entity_memory[:, 3:5], torch.ones(2, 2, 32))
+    assert grown.entity_memory.states.shape == (2, 6, 32)
+    assert not grown.entity_memory.written[:, 3:5].any() and grown.entity_memory.written[:, 5].all()
 
 
 def make_doc(doc_id: str, n: int, entity_every: int = 3) -> EntityDocument:
@@ -223,29 +235,33 @@ def test_batches_carry_rows_across_chunks_and_reset_at_each_document():
     assert sum(len(document_chunks(d, 5)) for d in docs) == 9
 
 
-def live_entity_model() -> GPT2E:
+def live_entity_model(**options) -> GPT2E:
     """A tiny GPT2E whose entity attention visibly depends on the keys: at GPT-2's init (std 0.02) the
-    scores are ~0, the attention is uniform whatever the entity states, and the memory barely matters."""
-    model = tiny_gpt2e()
+    scores are ~0, the attention is uniform whatever the entity states, and the memory barely matters.
+    ``options``: entity options of GPT2EConfig; the weights are the same whatever they are."""
+    model = tiny_gpt2e(**options)
     generator = torch.Generator().manual_seed(4)
     with torch.no_grad():
         for block in model.transformer.h:
+            if not isinstance(block, EntityTransformerBlock):
+                continue
             for layer in (block.entity_attn.qv_attn, block.entity_attn.k_attn, block.entity_attn.c_proj):
                 layer.weight.copy_(0.2 * torch.randn(layer.weight.shape, generator=generator))
     return model
 
 
-def memory_by_hand(memory: torch.Tensor | None, entity_ids: list[int], hidden: torch.Tensor) -> torch.Tensor:
-    """The module docstring's update rule written out for one row: grow with ones to the largest id, then
+def memory_by_hand(memory: EntityMemory | None, entity_ids: list[int], hidden: torch.Tensor) -> EntityMemory:
+    """The module docstring's update rule written out for one row: grow (unwritten) to the largest id, then
     every entity of the chunk takes the hidden state at its last position; slot 0 and absent slots stay."""
-    n_slots = max(max(entity_ids) + 1, 1 if memory is None else memory.size(1))
-    new = torch.ones(1, n_slots, hidden.size(-1))
+    n_slots = max(max(entity_ids) + 1, 1 if memory is None else memory.states.size(1))
+    states, written = torch.ones(1, n_slots, hidden.size(-1)), torch.zeros(1, n_slots, dtype=torch.bool)
     if memory is not None:
-        new[:, : memory.size(1)] = memory
+        states[:, : memory.states.size(1)] = memory.states
+        written[:, : memory.written.size(1)] = memory.written
     for t, entity in enumerate(entity_ids):
         if entity != 0:
-            new[0, entity] = hidden[0, t]
-    return new
+            states[0, entity], written[0, entity] = hidden[0, t], True
+    return EntityMemory(states, written)
 
 
 def loss_by_hand(model: GPT2E, doc: EntityDocument, seq_len: int, carry: bool) -> float:
@@ -285,6 +301,107 @@ def test_memory_is_carried_within_a_document_and_never_crosses_documents_in_eval
     baseline = GPT2E(GPT2EConfig(entity_layers=[], **TINY)).eval()
     baseline.load_state_dict(model.state_dict(), strict=False)
     assert entity_stream_loss(baseline, [b], 6, 1, 96) != pytest.approx(alone, rel=1e-6)
+
+
+# --------------------------------------------------------------------------------------------------
+# ablation options: a learned initial entity state, the memory written after each mention
+
+
+def test_learned_initial_state_starts_as_ones_is_read_only_where_nothing_is_written_and_learns():
+    paper = live_entity_model()
+    learned = live_entity_model(entity_init="learned")
+    assert torch.equal(learned.initial_entity, torch.ones(32)) and not hasattr(paper, "initial_entity")
+    x, e = torch.randint(0, 97, (2, 10)), torch.randint(0, 4, (2, 10))
+    assert torch.equal(learned(x, entity_ids=e).logits, paper(x, entity_ids=e).logits)  # same model at the start
+    # It is what E_null and unwritten slots read, and nothing else. (With nothing written every key is the
+    # same, the attention is uniform and the initial state cannot matter: entity 3 here is written.)
+    with torch.no_grad():
+        learned.initial_entity.copy_(torch.randn(32))
+    memory = random_memory(2, 4, 32)
+    memory.written[:, 1:3] = False
+    out = learned(x, entity_ids=e, entity_memory=memory)
+    unwritten = e < 3
+    assert torch.equal(out.entity_states[unwritten], learned.initial_entity.expand(int(unwritten.sum()), 32))
+    assert not torch.allclose(out.logits, paper(x, entity_ids=e, entity_memory=memory).logits)
+    every_slot = random_memory(2, 4, 32)
+    mentions_only = e.clamp(min=1)  # every token in a mention of a written entity: the initial state is unread
+    assert torch.equal(learned(x, entity_ids=mentions_only, entity_memory=every_slot).logits,
+                       paper(x, entity_ids=mentions_only, entity_memory=every_slot).logits)
+    # It is a parameter the loss trains.
+    F.cross_entropy(out.logits.reshape(-1, 97), torch.randint(0, 97, (20,))).backward()
+    assert learned.initial_entity.grad is not None and learned.initial_entity.grad.abs().sum() > 0
+
+
+def mention_states_by_hand(entity_ids: list[int], hidden: torch.Tensor, fallback: torch.Tensor) -> torch.Tensor:
+    """The per-mention rule for one row, as a loop: at t, the state at the end of the latest mention (run of
+    the same id) of t's entity that ends before t, else ``fallback[t]``."""
+    T = len(entity_ids)
+    expected = fallback.clone()
+    for t, entity in enumerate(entity_ids):
+        if entity == 0:
+            continue
+        ends = [p for p in range(t) if entity_ids[p] == entity and (p + 1 == T or entity_ids[p + 1] != entity)]
+        if ends:
+            expected[t] = hidden[ends[-1]]
+    return expected
+
+
+def test_per_mention_memory_reads_mentions_that_ended_earlier_in_the_chunk():
+    """Pass 1 of the per-mention model is the chunk model (same weights); each position then reads the first
+    pass's state at the end of its entity's latest *finished* mention, else the memory."""
+    chunk, mention = live_entity_model(), live_entity_model(memory_update="mention")
+    ids = [0, 1, 1, 0, 2, 0, 1, 1, 0, 2, 1, 3]
+    x, e = torch.randint(0, 97, (1, len(ids))), torch.tensor([ids])
+    memory = random_memory(1, 3, 32)  # entities 1, 2 written by an earlier chunk; 3 is new (grown, unwritten)
+    first = chunk(x, entity_ids=e, entity_memory=memory)
+    out = mention(x, entity_ids=e, entity_memory=memory)
+    expected = mention_states_by_hand(ids, first.last_hidden_state[0], first.entity_states[0])
+    assert torch.equal(out.entity_states[0], expected)
+    # the second mention of entity 1 (positions 6, 7) reads the first one's end (2), both its tokens alike:
+    # the mention it is in has not ended; position 10 reads the end of the second one (7)
+    for t, p in ((6, 2), (7, 2), (9, 4), (10, 7)):
+        assert torch.equal(out.entity_states[0, t], first.last_hidden_state[0, p])
+    for t in (1, 2, 4):  # first mentions in the chunk read the memory
+        assert torch.equal(out.entity_states[0, t], memory.states[0, ids[t]])
+    assert torch.equal(out.entity_states[0, 11], torch.ones(32))  # entity 3: new, unwritten
+    assert torch.equal(out.logits[:, :6], first.logits[:, :6])  # no second mention yet: the same logits
+    assert not torch.allclose(out.logits[:, 6:], first.logits[:, 6:])
+    # the memory written at the end is the second pass's, by the same rule as the chunk model's
+    assert torch.equal(out.entity_memory.states, memory_by_hand(memory, ids, out.last_hidden_state).states)
+
+
+def test_per_mention_pass_one_gives_no_gradient_and_the_memory_is_detached():
+    model = live_entity_model(memory_update="mention").train()
+    x, e = torch.randint(0, 97, (2, 12)), torch.tensor([[0, 1, 1, 0, 1, 0, 2, 2, 0, 2, 0, 1]] * 2)
+    out = model(x, entity_ids=e)
+    assert not out.entity_memory.states.requires_grad and not out.entity_states.requires_grad
+    out.logits.sum().backward()  # one backward through pass 2 only
+    assert model.transformer.h[0].entity_attn.k_attn.weight.grad is not None
+
+
+def test_training_flops_per_token_by_hand():
+    from lmstudy.base import BaseModelConfig, flops_per_token
+
+    d, L, T, V = 32, 2, 64, 97
+    gpt2 = GPT2EConfig(entity_layers=[], **TINY)
+    assert training_flops_per_token(gpt2, T) == flops_per_token(BaseModelConfig(L, 4, d, T), V)
+    assert training_flops_per_token(GPT2Config(**TINY), T) == training_flops_per_token(gpt2, T)
+    blocks = L * (12 * d * d + 13 * d) + 2 * d  # non-embedding parameters of GPT-2
+    gpt2_flops = 6 * (blocks + d * V) + 12 * L * d * T
+    entity = 4 * d * d + 6 * d  # ln_e 2d, qv 2d^2 + 2d, k d^2 + d, proj d^2 + d
+    assert sum(p.numel() for p in tiny_gpt2e().transformer.h[0].entity_attn.parameters()) == entity
+    gpt2e_flops = gpt2_flops + L * (6 * entity + 12 * d * T)
+    assert training_flops_per_token(GPT2EConfig(**TINY), T) == gpt2e_flops
+    assert training_flops_per_token(GPT2EConfig(entity_layers=[1], **TINY), T) == gpt2_flops + 6 * entity + 12 * d * T
+    mention = gpt2e_flops + 2 * (blocks + L * entity) + 4 * (2 * L) * d * T  # + a forward pass of the blocks
+    assert training_flops_per_token(GPT2EConfig(memory_update="mention", **TINY), T) == mention
+
+
+def test_entity_options_are_checked():
+    with pytest.raises(ValueError, match="entity_init"):
+        GPT2EConfig(entity_init="zeros", **TINY)
+    with pytest.raises(ValueError, match="memory_update"):
+        GPT2EConfig(memory_update="token", **TINY)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -339,14 +456,25 @@ def test_gum_documents_get_gpt2_subtokens_and_entity_ids():
 # save / load and training
 
 
-def test_save_pretrained_round_trip_reproduces_the_logits(tmp_path):
-    model = tiny_gpt2e(entity_layers=[1])
-    x, e = torch.randint(0, 97, (1, 10)), torch.randint(0, 4, (1, 10))
-    memory = random_memory(1, 4, 32)
+@pytest.mark.parametrize("options", [dict(entity_layers=[1]),
+                                     dict(entity_init="learned", memory_update="mention")])
+def test_save_pretrained_round_trip_reproduces_the_logits(tmp_path, options):
+    model = live_entity_model(**options)
+    if hasattr(model, "initial_entity"):
+        with torch.no_grad():
+            model.initial_entity.copy_(torch.randn(32))  # a trained value, not the ones it starts at
+    x, e = torch.randint(0, 97, (1, 10)), torch.tensor([[0, 1, 1, 0, 2, 0, 1, 0, 3, 3]])
+    memory = random_memory(1, 3, 32)
     model.save_pretrained(tmp_path)
+    assert (tmp_path / "model.safetensors").is_file()
+    config = GPT2EConfig.from_pretrained(tmp_path)
+    assert config.model_type == "gpt2e" and {k: getattr(config, k) for k in options} == options
     loaded = GPT2E.from_pretrained(tmp_path).eval()
-    assert loaded.config.entity_layers == [1]
-    assert not isinstance(loaded.transformer.h[0], EntityTransformerBlock)
+    assert isinstance(loaded.config, GPT2EConfig)
+    if hasattr(model, "initial_entity"):
+        assert torch.equal(loaded.initial_entity, model.initial_entity)  # loaded, not re-initialised to ones
+    assert [isinstance(b, EntityTransformerBlock) for b in loaded.transformer.h] == \
+        [isinstance(b, EntityTransformerBlock) for b in model.transformer.h]
     assert loaded.lm_head.weight.data_ptr() == loaded.transformer.wte.weight.data_ptr()
     assert torch.equal(loaded(x, entity_ids=e, entity_memory=memory).logits,
                        model(x, entity_ids=e, entity_memory=memory).logits)

@@ -192,7 +192,7 @@ def stream_batches(docs: list[EntityDocument], batch_size: int, seq_len: int, pa
         )
 
 
-def batch_loss(model, batch: EntityBatch, memory: torch.Tensor | None, reduction: str = "mean"):
+def batch_loss(model, batch: EntityBatch, memory, reduction: str = "mean"):
     """(loss, memory after the batch) of GPT2E (or its baseline) on one batch; memory None = fresh."""
     device = next(model.parameters()).device
     batch = batch.to(device)
@@ -249,8 +249,8 @@ class EntityLMTask(TrainTask):
         return list(stream_batches(order, self.batch_size, self.seq_len, self.pad_id))
 
     def loss(self, model, batch: EntityBatch, carry):
-        loss, memory = batch_loss(model, batch, carry)
-        return loss, {}, None if memory is None else memory.detach()
+        loss, memory = batch_loss(model, batch, carry)  # GPT2E returns the memory detached (a value)
+        return loss, {}, memory
 
     def evaluate(self, model) -> dict[str, float]:
         loss = entity_stream_loss(model, self.valid_docs, self.seq_len, self.eval_batch_size or self.batch_size,

@@ -13,7 +13,7 @@ LN -> MLP -> residual), untouched, followed by one more sub-layer, the *entity a
     h' = x + c_proj(causal_multi_head_attention(q, k, v))      # residual, like every GPT-2 sub-layer
 
 ``E`` (B, T, C) holds, for every input position, the representation of the entity the input token is part
-of, or ``E_null`` (a vector of ones) for tokens outside every mention. The same ``E`` feeds every block
+of, or ``E_null`` (a vector of ones in the paper) for tokens outside every mention. The same ``E`` feeds every block
 (Eq. 1: ``h_l = entity_transformer_block(h_{l-1}, E)``). The paper draws the entity attention as "an
 adaptation of the masked multi-head self attention"; the residual connection and the pre-LayerNorm
 ``ln_e`` are ours (GPT-2's sub-layer pattern): with them, a zero output projection makes the block exactly
@@ -25,42 +25,71 @@ which hands our extra keyword ``entity_states`` down to every block.
 
 Entity memory (the "persistent set of entities")
 ------------------------------------------------
-``entity_memory`` (B, S, C): one slot per entity of the document in row ``b``; slot 0 is the null entity.
+``entity_memory`` is an :class:`EntityMemory`: ``states`` (B, S, C), one slot per entity of the document in
+row ``b``, and ``written`` (B, S) bool, whether the slot holds a hidden state yet. Slot 0 is the null entity.
 Entity ids come from :mod:`lmstudy.entity.data` (0 = not in a mention, 1..K = the document's clusters in
 order of first appearance).
 
-- A document starts with every slot at ones ("a vector of ones, which allows for minimal noise in the first
-  occurrence of the entity"); slot 0 stays ones for ever (``E_null``). The memory grows (with ones) when a
-  chunk holds a larger entity id than it has slots.
-- Read at the *start* of a forward pass: ``E[b, t] = memory[b, entity_ids[b, t]]``.
+- A document starts with no slot written. An unwritten slot reads the *initial entity state*: a vector of
+  ones in the paper ("a vector of ones, which allows for minimal noise in the first occurrence of the
+  entity"; ``entity_init="ones"``), or a learned vector (``entity_init="learned"``, an ablation the paper
+  leaves open: ``GPT2E.initial_entity``, a parameter that starts at ones, so at step 0 both models are the
+  same). Slot 0 is never written, so ``E_null`` is that same vector, as in the paper ("E_null, as a vector
+  of ones, similar to unseen entity mentions"). The memory grows (unwritten slots) when a chunk holds a
+  larger entity id than it has slots.
+- Read at the *start* of a forward pass: ``E[b, t] = states[b, id]`` if ``written[b, id]`` else the initial
+  state, with ``id = entity_ids[b, t]``.
 - Updated at the *end* of the pass: each entity seen in the chunk takes the final hidden state (after
   ``ln_f``, the same vector the LM head reads) at its *last* sub-token in the chunk, i.e. the last token of
   its last mention ("the final hidden representation of the input token, after it is affected by the
   previous entity representation E_i ... replaces E_i"). Slots of entities absent from the chunk keep
   their value. Padding (entity id 0) never writes.
 - Carried from chunk to chunk of one document (the training task passes it as the loop's ``carry``) and
-  reset to ones where ``new_document`` says a row starts another document, so it never crosses documents.
+  reset (nothing written) where ``new_document`` says a row starts another document, so it never crosses
+  documents.
 - Returned detached: it holds values, like a truncated-BPTT hidden state; no gradient flows across steps.
+
+When the memory is written: per chunk or per mention (``memory_update``)
+-----------------------------------------------------------------------
+The paper updates its memory "at the end of each step" of batch size 1, so within a step every mention reads
+what earlier steps wrote. ``memory_update="chunk"`` (our default, the paper's reading) does exactly that per
+chunk. ``memory_update="mention"`` (the ablation) also lets a token read what mentions *earlier in the same
+chunk* wrote, strictly causally, in two passes:
+
+1. pass 1 (no gradient: its states are values, like the memory's) runs the blocks with ``E`` read from the
+   memory, as the chunk mode does, and gives hidden states ``h1`` (B, T, C);
+2. ``E'[t]`` = ``h1`` at the last sub-token of the latest mention of the same entity that *ends before* t
+   (a mention = a maximal run of consecutive sub-tokens with the same entity id, the annotation the model
+   sees), else ``E[t]`` from the memory (:func:`mention_states`); a token inside a mention never reads its
+   own mention, which has not ended;
+3. pass 2 computes the logits with ``E'``; the memory update at the end reads pass 2's hidden states.
+
+``E'[t]`` depends on ``h1`` at positions < t, which depend on tokens and entity ids at positions < t: causal.
+The cost is one more forward pass of the blocks (no LM head, no backward): see :func:`training_flops_per_token`.
 
 Causality (why this reading is strictly causal)
 -----------------------------------------------
 The logits at position t (predicting token t+1) may depend only on tokens and entity ids at positions
-<= t. The self-attention and the entity attention are both causally masked. The entity states used in a
-chunk come only from the memory, i.e. from hidden states of *earlier chunks*; nothing computed in the
-current pass feeds ``E`` of the same pass. (Using, within the chunk, the states of mentions that end before
-t would also be causal, but needs a second forward pass per chunk; the paper reads the memory once per step
-and writes it at the end, and so do we.) ``E[t]`` uses the entity id of the input token t itself, which is
+<= t. The self-attention and the entity attention are both causally masked. In the chunk mode the entity
+states used in a chunk come only from the memory, i.e. from hidden states of *earlier chunks*; nothing
+computed in the current pass feeds ``E`` of the same pass. The mention mode (above) adds states of mentions
+that end before t, from a first pass. ``E[t]`` uses the entity id of the input token t itself, which is
 input, like the token: the annotation says "this token is part of entity 82", not where the mention ends.
-``tests/test_entity_gpt2.py`` checks that editing tokens or entity ids at positions >= t leaves the logits
-at positions < t unchanged.
+``tests/test_entity_gpt2.py`` checks, for both modes, that editing tokens or entity ids at positions >= t
+leaves the logits at positions < t unchanged.
 
 Initialisation and cost
 -----------------------
 New weights follow GPT-2 (normal, std ``initializer_range``; residual projections scaled by
 1/sqrt(paths x n_layer), the entity layer counting as a third path per block). The entity sub-layer costs
-about 4 C^2 multiply-adds per token (query/value, key and output projections) plus one attention, a third
-of a GPT-2 block's 12 C^2: roughly +20% FLOPs for GPT-2 small, where the paper reports +3% time per step
-(0.298 s vs 0.290 s); ``benchmarks/bench_entity_gpt2.py`` measures ours.
+4 C^2 multiply-adds per token (query/value, key and output projections) plus one attention, a third of a
+GPT-2 block's 12 C^2; :func:`training_flops_per_token` counts it (PaLM's 6N + 12 L d T rule, as
+:func:`lmstudy.base.flops_per_token` does for GPT-2). The paper reports +3% time per step (0.298 s vs
+0.290 s); ``lmstudy.entity.study.step_time_run`` and ``benchmarks/bench_entity_gpt2.py`` measure ours.
+
+Saving: ``GPT2E.save_pretrained(path)`` writes a Hugging Face folder (safetensors + ``config.json`` with
+``model_type`` "gpt2e" and the entity options); ``GPT2E.from_pretrained(path)`` (or ``GPT2EConfig
+.from_pretrained``) reads it back.
 
 Not supported: ``past_key_values`` / incremental generation (the entity layer keeps no key/value cache), and
 attention masks (batches are right-padded, which a causal model needs no mask for).
@@ -69,6 +98,7 @@ attention masks (batches are right-padded, which a causal model needs no mask fo
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import torch
 import torch.nn.functional as F
@@ -80,19 +110,40 @@ from transformers.models.gpt2.modeling_gpt2 import GPT2Block, GPT2Model, GPT2Pre
 from transformers.pytorch_utils import Conv1D
 
 NULL_ENTITY = 0  # entity id of tokens outside every mention; memory slot 0 is E_null
+ENTITY_INITS = ("ones", "learned")  # what an unwritten memory slot (and E_null) reads
+MEMORY_UPDATES = ("chunk", "mention")  # when mentions write the memory: end of the chunk, or after each mention
 
 
 class GPT2EConfig(GPT2Config):
-    """``GPT2Config`` plus ``entity_layers``: indices of the blocks with entity attention (None: all)."""
+    """``GPT2Config`` plus the entity options (module docstring):
+
+    - ``entity_layers``: indices of the blocks with entity attention (None: all, the paper; []: plain GPT-2);
+    - ``entity_init``: ``"ones"`` (the paper) or ``"learned"``: the initial entity state and ``E_null``;
+    - ``memory_update``: ``"chunk"`` (written at the end of the chunk, the paper's per-step update) or
+      ``"mention"`` (also within the chunk, after each mention ends: two passes).
+    """
 
     model_type = "gpt2e"
 
-    def __init__(self, entity_layers: list[int] | None = None, **kwargs):
+    def __init__(self, entity_layers: list[int] | None = None, entity_init: str = "ones",
+                 memory_update: str = "chunk", **kwargs):
         super().__init__(**kwargs)
+        if entity_init not in ENTITY_INITS:
+            raise ValueError(f"entity_init {entity_init!r} is not one of {ENTITY_INITS}")
+        if memory_update not in MEMORY_UPDATES:
+            raise ValueError(f"memory_update {memory_update!r} is not one of {MEMORY_UPDATES}")
         self.entity_layers = None if entity_layers is None else [int(i) for i in entity_layers]
+        self.entity_init = entity_init
+        self.memory_update = memory_update
 
     def has_entity_layer(self, index: int) -> bool:
+        """Whether block ``index`` gets the entity attention sub-layer."""
         return self.entity_layers is None or index in self.entity_layers
+
+    @property
+    def n_entity_layers(self) -> int:
+        """How many blocks have entity attention."""
+        return sum(self.has_entity_layer(index) for index in range(self.n_layer))
 
 
 class EntityAttention(nn.Module):
@@ -138,40 +189,99 @@ class EntityTransformerBlock(GPT2Block):
         return hidden_states + self.entity_attn(hidden_states, entity_states)
 
 
+class EntityMemory(NamedTuple):
+    """The entity memory of a batch's rows: ``states`` (B, S, C) and ``written`` (B, S) bool (module docstring).
+
+    A tuple, so that the training loop checkpoints it as the carry (a plain tuple comes back; the model
+    accepts either)."""
+
+    states: torch.Tensor
+    written: torch.Tensor
+
+
 @dataclass
 class GPT2EOutput(ModelOutput):
-    """``logits`` (B, T, V), ``entity_memory`` (B, S, C) after this chunk (None without entity layers),
-    ``last_hidden_state`` (B, T, C) after ``ln_f``."""
+    """``logits`` (B, T, V), ``entity_memory`` after this chunk (None without entity layers),
+    ``last_hidden_state`` (B, T, C) after ``ln_f``, ``entity_states`` (B, T, C): the ``E`` the entity
+    attention read (None without entity layers)."""
 
     logits: torch.Tensor | None = None
-    entity_memory: torch.Tensor | None = None
+    entity_memory: EntityMemory | None = None
     last_hidden_state: torch.Tensor | None = None
+    entity_states: torch.Tensor | None = None
 
 
-def initial_memory(batch_size: int, n_slots: int, n_embd: int, device=None, dtype=torch.float32) -> torch.Tensor:
-    """A fresh entity memory: every entity (and the null slot 0) is a vector of ones. (B, S, C)"""
-    return torch.ones(batch_size, n_slots, n_embd, device=device, dtype=dtype)
+def initial_memory(batch_size: int, n_slots: int, n_embd: int, device=None, dtype=torch.float32) -> EntityMemory:
+    """A fresh entity memory: no slot written (states hold ones, which unwritten slots never show)."""
+    return EntityMemory(torch.ones(batch_size, n_slots, n_embd, device=device, dtype=dtype),  # (B, S, C)
+                        torch.zeros(batch_size, n_slots, dtype=torch.bool, device=device))  # (B, S)
 
 
-def read_entities(memory: torch.Tensor, entity_ids: torch.Tensor) -> torch.Tensor:
-    """E[b, t] = memory[b, entity_ids[b, t]]: (B, S, C), (B, T) -> (B, T, C)."""
-    index = entity_ids.unsqueeze(-1).expand(-1, -1, memory.size(-1))  # (B, T, C)
-    return memory.gather(1, index)
+def read_entities(memory: EntityMemory, entity_ids: torch.Tensor, initial: torch.Tensor) -> torch.Tensor:
+    """E[b, t] = states[b, id] where that slot is written, else ``initial`` (C,); id = entity_ids[b, t].
+
+    (B, S, C) + (B, S), (B, T), (C,) -> (B, T, C). Gradients reach ``initial`` (a learned initial state)."""
+    index = entity_ids.unsqueeze(-1).expand(-1, -1, memory.states.size(-1))  # (B, T, C)
+    states = memory.states.gather(1, index)  # (B, T, C)
+    written = memory.written.gather(1, entity_ids).unsqueeze(-1)  # (B, T, 1)
+    return torch.where(written, states, initial.to(states.dtype))
 
 
-def update_memory(memory: torch.Tensor, entity_ids: torch.Tensor, hidden: torch.Tensor) -> torch.Tensor:
+def update_memory(memory: EntityMemory, entity_ids: torch.Tensor, hidden: torch.Tensor) -> EntityMemory:
     """Each entity present in a row takes the hidden state at its last position there; slot 0 never changes.
 
-    (B, S, C), (B, T), (B, T, C) -> (B, S, C), detached.
+    (B, S, C) + (B, S), (B, T), (B, T, C) -> the new memory, detached.
     """
     B, T = entity_ids.shape
     positions = torch.arange(T, device=entity_ids.device).expand(B, T)  # (B, T)
-    last = torch.full(memory.shape[:2], -1, dtype=torch.long, device=entity_ids.device)  # (B, S)
+    last = torch.full(memory.written.shape, -1, dtype=torch.long, device=entity_ids.device)  # (B, S)
     last.scatter_reduce_(1, entity_ids, positions, reduce="amax", include_self=True)
     last[:, NULL_ENTITY] = -1  # E_null is constant
     index = last.clamp(min=0).unsqueeze(-1).expand(-1, -1, hidden.size(-1))  # (B, S, C)
-    written = hidden.detach().to(memory.dtype).gather(1, index)  # (B, S, C)
-    return torch.where((last >= 0).unsqueeze(-1), written, memory.detach())
+    written = hidden.detach().to(memory.states.dtype).gather(1, index)  # (B, S, C)
+    present = last >= 0  # (B, S)
+    return EntityMemory(torch.where(present.unsqueeze(-1), written, memory.states.detach()),
+                        memory.written | present)
+
+
+def mention_states(entity_ids: torch.Tensor, hidden: torch.Tensor, fallback: torch.Tensor) -> torch.Tensor:
+    """The mention mode's ``E'`` (module docstring): at each position, ``hidden`` at the last sub-token of the
+    latest mention of the same entity that ends *before* it in the chunk, else ``fallback`` (the memory's E).
+
+    A mention is a maximal run of one entity id; position p ends it when the id changes at p + 1.
+    (B, T), (B, T, C), (B, T, C) -> (B, T, C).
+    """
+    B, T = entity_ids.shape
+    following = F.pad(entity_ids[:, 1:], (0, 1), value=-1)  # (B, T): the id at p + 1 (-1 after the chunk)
+    ends = (entity_ids != NULL_ENTITY) & (entity_ids != following)  # (B, T): p ends a mention
+    positions = torch.arange(T, device=entity_ids.device)
+    same = entity_ids.unsqueeze(2) == entity_ids.unsqueeze(1)  # (B, T, T): [b, t, p] same entity at t and p
+    before = positions.view(1, T, 1) > positions.view(1, 1, T)  # (1, T, T): p < t
+    sources = same & before & ends.unsqueeze(1) & (entity_ids != NULL_ENTITY).unsqueeze(2)  # (B, T, T)
+    latest = torch.where(sources, positions.view(1, 1, T), -1).amax(dim=2)  # (B, T): -1 where none
+    index = latest.clamp(min=0).unsqueeze(-1).expand(-1, -1, hidden.size(-1))  # (B, T, C)
+    return torch.where((latest >= 0).unsqueeze(-1), hidden.gather(1, index).to(fallback.dtype), fallback)
+
+
+def training_flops_per_token(config: GPT2Config, seq_len: int) -> float:
+    """Training FLOPs per token of GPT2E (or of GPT-2 with ``entity_layers=[]``, or a plain ``GPT2Config``).
+
+    GPT-2's count is :func:`lmstudy.base.flops_per_token` (6 (N + d V) + 12 L d T, PaLM's rule). Each entity
+    layer adds its 4 d^2 + 6 d parameters (ln_e, query/value, key, output projection) to N and one attention
+    (another 12 d T). The mention mode adds a forward pass of the blocks without the LM head (2 N' + 4 L' d T,
+    N' and L' counting the entity layers too) and no backward.
+    """
+    from lmstudy.base import BaseModelConfig, flops_per_token, non_embedding_parameters
+
+    d, n_layer = config.n_embd, config.n_layer
+    model = BaseModelConfig(n_layer=n_layer, n_head=config.n_head, n_embd=d, seq_len=seq_len)
+    flops = flops_per_token(model, config.vocab_size)
+    n_entity = getattr(config, "n_entity_layers", 0)
+    entity_parameters = n_entity * (4 * d * d + 6 * d)
+    flops += 6 * entity_parameters + 12 * n_entity * d * seq_len
+    if n_entity and getattr(config, "memory_update", "chunk") == "mention":
+        flops += 2 * (non_embedding_parameters(model) + entity_parameters) + 4 * (n_layer + n_entity) * d * seq_len
+    return float(flops)
 
 
 class GPT2EModel(GPT2Model):
@@ -212,7 +322,8 @@ class GPT2EModel(GPT2Model):
 
 
 class GPT2E(GPT2PreTrainedModel):
-    """GPT-2 language model with Entity-Transformer blocks; parameter names match ``GPT2LMHeadModel``."""
+    """GPT-2 language model with Entity-Transformer blocks; parameter names match ``GPT2LMHeadModel``
+    (plus ``transformer.h.*.entity_attn.*`` and, with ``entity_init="learned"``, ``initial_entity``)."""
 
     config_class = GPT2EConfig
     _tied_weights_keys = {"lm_head.weight": "transformer.wte.weight"}
@@ -221,10 +332,19 @@ class GPT2E(GPT2PreTrainedModel):
         super().__init__(config)
         self.transformer = GPT2EModel(config)
         self.lm_head = nn.Linear(config.n_embd, config.vocab_size, bias=False)
+        if config.entity_init == "learned" and config.n_entity_layers:
+            # Starts at the paper's ones: the learned-init model begins as the paper's model.
+            self.initial_entity = nn.Parameter(torch.ones(config.n_embd))
         self.post_init()
+
+    def _init_weights(self, module):
+        super()._init_weights(module)
+        if module is self and hasattr(self, "initial_entity"):
+            init.ones_(self.initial_entity)
 
     @property
     def has_entity_layers(self) -> bool:
+        """Whether any block has entity attention (False: our GPT2 baseline)."""
         return any(isinstance(block, EntityTransformerBlock) for block in self.transformer.h)
 
     def get_input_embeddings(self):
@@ -234,13 +354,15 @@ class GPT2E(GPT2PreTrainedModel):
         self.transformer.wte = new_embeddings
 
     @classmethod
-    def from_gpt2(cls, gpt2: GPT2LMHeadModel, entity_layers: list[int] | None = None) -> "GPT2E":
+    def from_gpt2(cls, gpt2: GPT2LMHeadModel, entity_layers: list[int] | None = None, entity_init: str = "ones",
+                  memory_update: str = "chunk") -> "GPT2E":
         """GPT2E with ``gpt2``'s weights and a zero entity output projection: initially exactly GPT-2."""
         settings = {k: v for k, v in gpt2.config.to_diff_dict().items() if k not in ("model_type", "architectures")}
-        config = GPT2EConfig(entity_layers=entity_layers, **settings)
+        config = GPT2EConfig(entity_layers=entity_layers, entity_init=entity_init, memory_update=memory_update,
+                             **settings)
         model = cls(config)
         missing, unexpected = model.load_state_dict(gpt2.state_dict(), strict=False)
-        if unexpected or any(".entity_attn." not in key for key in missing):
+        if unexpected or any(".entity_attn." not in key and key != "initial_entity" for key in missing):
             raise ValueError(f"GPT-2 weights do not fit GPT2E: missing {missing}, unexpected {unexpected}")
         model.zero_entity_output()
         return model
@@ -253,36 +375,46 @@ class GPT2E(GPT2PreTrainedModel):
                 block.entity_attn.c_proj.weight.zero_()
                 block.entity_attn.c_proj.bias.zero_()
 
-    def prepare_memory(
-        self, entity_ids: torch.Tensor, memory: torch.Tensor | None, new_document: torch.Tensor | None
-    ) -> torch.Tensor:
-        """The memory to read for this chunk: fresh (ones) where ``new_document``, grown to fit the ids."""
+    def initial_entity_state(self) -> torch.Tensor:
+        """What an unwritten slot and ``E_null`` read (C,): ones, or the learned ``initial_entity``."""
+        if hasattr(self, "initial_entity"):
+            return self.initial_entity
+        return torch.ones(self.config.n_embd, device=self.lm_head.weight.device)
+
+    def prepare_memory(self, entity_ids: torch.Tensor, memory: EntityMemory | tuple | None,
+                       new_document: torch.Tensor | None) -> EntityMemory:
+        """The memory to read for this chunk: fresh where ``new_document``, grown to fit the ids."""
         B, n_embd = entity_ids.size(0), self.config.n_embd
         n_slots = int(entity_ids.max().item()) + 1 if entity_ids.numel() else 1
         if memory is None:
             return initial_memory(B, n_slots, n_embd, entity_ids.device)
-        if memory.shape[0] != B or memory.shape[2] != n_embd:
-            raise ValueError(f"entity_memory has shape {tuple(memory.shape)}, expected ({B}, S, {n_embd})")
-        if memory.size(1) < n_slots:
-            grown = initial_memory(B, n_slots - memory.size(1), n_embd, memory.device, memory.dtype)
-            memory = torch.cat([memory, grown], dim=1)  # (B, S', C)
+        states, written = memory
+        if states.shape[0] != B or states.shape[2] != n_embd or written.shape != states.shape[:2]:
+            raise ValueError(f"entity memory has shapes {tuple(states.shape)} and {tuple(written.shape)}, "
+                             f"expected ({B}, S, {n_embd}) and ({B}, S)")
+        if states.size(1) < n_slots:
+            grown = initial_memory(B, n_slots - states.size(1), n_embd, states.device, states.dtype)
+            states = torch.cat([states, grown.states], dim=1)  # (B, S', C)
+            written = torch.cat([written, grown.written], dim=1)  # (B, S')
         if new_document is not None:
-            memory = torch.where(new_document.view(B, 1, 1).to(memory.device), torch.ones_like(memory), memory)
-        return memory
+            restart = new_document.to(states.device).view(B, 1)  # (B, 1)
+            states = torch.where(restart.unsqueeze(-1), torch.ones_like(states), states)
+            written = written & ~restart
+        return EntityMemory(states, written)
 
     def forward(
         self,
         input_ids: torch.Tensor,
         entity_ids: torch.Tensor | None = None,
-        entity_memory: torch.Tensor | None = None,
+        entity_memory: EntityMemory | tuple | None = None,
         new_document: torch.Tensor | None = None,
         position_ids: torch.Tensor | None = None,
         **kwargs,
     ) -> GPT2EOutput:
         """Logits for ``input_ids`` (B, T) given per-token ``entity_ids`` (B, T; 0 = null; None: all null).
 
-        ``entity_memory`` (B, S, C) is what the previous chunk of the same documents returned (None: all
-        documents start here); ``new_document`` (B,) bool resets the rows that start a new document.
+        ``entity_memory`` is what the previous chunk of the same documents returned (None: all documents
+        start here); ``new_document`` (B,) bool resets the rows that start a new document.
         No loss here (and no HF ``labels``, which HF shifts internally): the loss against already shifted
         targets is :func:`lmstudy.entity.data.batch_loss`, as :func:`lmstudy.lm_batches.lm_loss` for GPT-2.
         """
@@ -291,14 +423,17 @@ class GPT2E(GPT2PreTrainedModel):
         if entity_ids.shape != input_ids.shape:
             raise ValueError(f"entity_ids {tuple(entity_ids.shape)} must match input_ids {tuple(input_ids.shape)}")
         entity_ids = entity_ids.long()
-        memory, entity_states = None, None
-        if self.has_entity_layers:
-            memory = self.prepare_memory(entity_ids, entity_memory, new_document)
-            entity_states = read_entities(memory, entity_ids)  # (B, T, C)
-            kwargs["entity_states"] = entity_states
-        hidden = self.transformer(input_ids, position_ids=position_ids, use_cache=False, **kwargs).last_hidden_state
+        kwargs = {"position_ids": position_ids, "use_cache": False, **kwargs}
+        if not self.has_entity_layers:
+            hidden = self.transformer(input_ids, **kwargs).last_hidden_state  # (B, T, C)
+            return GPT2EOutput(logits=self.lm_head(hidden), last_hidden_state=hidden)
+        memory = self.prepare_memory(entity_ids, entity_memory, new_document)
+        entity_states = read_entities(memory, entity_ids, self.initial_entity_state())  # (B, T, C)
+        if self.config.memory_update == "mention":
+            with torch.no_grad():  # pass 1: values, like the memory's (module docstring)
+                first = self.transformer(input_ids, entity_states=entity_states, **kwargs).last_hidden_state
+            entity_states = mention_states(entity_ids, first, entity_states)  # (B, T, C)
+        hidden = self.transformer(input_ids, entity_states=entity_states, **kwargs).last_hidden_state  # (B, T, C)
         logits = self.lm_head(hidden)  # (B, T, V)
-        if memory is not None:
-            memory = update_memory(memory, entity_ids, hidden)
-        return GPT2EOutput(logits=logits, entity_memory=memory, last_hidden_state=hidden)
-
+        return GPT2EOutput(logits=logits, entity_memory=update_memory(memory, entity_ids, hidden),
+                           last_hidden_state=hidden, entity_states=entity_states)

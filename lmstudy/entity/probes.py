@@ -7,8 +7,9 @@ Representations
 ---------------
 - :func:`document_states`: per input position of one encoded document (its ``<|endoftext|>`` included), the
   hidden state (n, C) and the entity state ``E`` the entity attention read there (n, C): the memory slot of
-  the token's entity, or ``E_null`` (ones) outside mentions, for GPT2E without entity information and for
-  GPT2 (which has no memory; the ones vector is what the same rule gives).
+  the token's entity (or, in the per-mention variant, the state of an earlier mention in the chunk), or
+  ``E_null`` (the initial state, ones in the paper) outside mentions, for GPT2E without entity information;
+  ones for GPT2 (which has no memory; the ones vector is what the paper's rule gives).
 - A *word*'s vector is the hidden state at its last sub-token (the causal model has read the whole word
   there). A *mention*'s vector is the vector of its last word: in a causal model the only position that has
   read the whole mention, and mostly the head of an English noun phrase.
@@ -56,7 +57,6 @@ from torch import nn
 
 from lmstudy.data.readers.coref import CorefDocument, iob_spans
 from lmstudy.entity.data import IGNORE_INDEX, NULL_ENTITY, EntityDocument
-from lmstudy.entity.model import read_entities
 from lmstudy.training import TrainTask
 
 POS_GROUPS = {"NN*": ("NOUN", "PROPN"), "PRP*": ("PRON",)}  # UPOS standing in for the paper's PTB tags
@@ -89,12 +89,11 @@ def document_states(model, docs: list[EntityDocument], seq_len: int, use_entitie
         for start in range(0, n, seq_len):
             x, e = ids[:, start:start + seq_len], entity_ids[:, start:start + seq_len]  # (B, T)
             first = torch.full((len(group),), start == 0, device=device)
-            if model.has_entity_layers:
-                # The memory the forward pass reads (prepare_memory is deterministic).
-                entity_states.append(read_entities(model.prepare_memory(e, memory, first), e))  # (B, T, C)
             out = model(x, entity_ids=e, entity_memory=memory, new_document=first)
             memory = out.entity_memory
             hidden.append(out.last_hidden_state)  # (B, T, C)
+            if out.entity_states is not None:
+                entity_states.append(out.entity_states)  # (B, T, C): the E the entity attention read
         hidden = torch.cat(hidden, dim=1).float().cpu()  # (B, N, C)
         states = torch.cat(entity_states, dim=1).float().cpu() if entity_states else torch.ones_like(hidden)
         results.extend((hidden[row, :len(doc.input_ids)], states[row, :len(doc.input_ids)])
