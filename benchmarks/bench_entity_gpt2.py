@@ -12,10 +12,13 @@ output layer then dominates a small model's step, so a smaller one shows the ent
 GPT2 and GPT2E steps alternate (and which goes first alternates too), so machine load hits both alike; the reported
 times are medians over ``--steps`` after ``--warmup`` steps, and the ratio is the median of the per-pair
 ratios GPT2E / GPT2. The paper reports 0.298 s vs 0.290 s per step (1.03x) for GPT-2 small on a Titan V.
+``--per-mention`` also times GPT2E with the memory written after each mention (two passes, the study's ablation).
 
     python benchmarks/bench_entity_gpt2.py
     python benchmarks/bench_entity_gpt2.py --threads 1 --vocab 8192
     python benchmarks/bench_entity_gpt2.py --data gum --device cuda --sizes 12x768
+    OMP_NUM_THREADS=2 python benchmarks/bench_entity_gpt2.py --threads 2 --vocab 8192 --sizes 3x192 \
+        --batch-size 8 --seq-len 256 --per-mention          # the cpu study's sizes
 """
 
 from __future__ import annotations
@@ -28,7 +31,7 @@ import statistics
 import torch
 
 from lmstudy.entity.data import EntityDocument, EntityLMTask, load_entity_documents
-from lmstudy.entity.model import GPT2E, GPT2EConfig
+from lmstudy.entity.model import GPT2E, GPT2EConfig, training_flops_per_token
 from lmstudy.entity.study import compare_step_times
 from lmstudy.training import count_parameters
 
@@ -63,17 +66,27 @@ def benchmark_size(n_layer: int, n_embd: int, docs, args, device) -> dict:
     gpt2e = GPT2E(GPT2EConfig(**common)).to(device)
     gpt2 = GPT2E(GPT2EConfig(entity_layers=[], **common)).to(device)
     gpt2.load_state_dict(gpt2e.state_dict(), strict=False)  # the shared weights are the same
+    models = {"gpt2": gpt2, "gpt2e": gpt2e}
+    if args.per_mention:
+        models["mention"] = GPT2E(GPT2EConfig(memory_update="mention", **common)).to(device)
+        models["mention"].load_state_dict(gpt2e.state_dict())
     task = EntityLMTask(docs, docs[:1], batch_size=args.batch_size, seq_len=args.seq_len, pad_id=args.vocab - 1)
     # The study's timing (lmstudy.entity.study): same batches, models alternating.
-    times = compare_step_times({"gpt2": gpt2, "gpt2e": gpt2e}, task, args.steps, warmup=args.warmup, device=device)
-    return {
+    times = compare_step_times(models, task, args.steps, warmup=args.warmup, device=device)
+    row = {
         "size": f"{n_layer}x{n_embd}",
         "params_gpt2": count_parameters(gpt2),
         "params_gpt2e": count_parameters(gpt2e),
         "gpt2_ms": 1e3 * statistics.median(times["gpt2"]),
         "gpt2e_ms": 1e3 * statistics.median(times["gpt2e"]),
         "ratio": statistics.median(e / g for e, g in zip(times["gpt2e"], times["gpt2"])),
+        "flop_ratio": training_flops_per_token(gpt2e.config, args.seq_len) / training_flops_per_token(gpt2.config,
+                                                                                                      args.seq_len),
     }
+    if args.per_mention:
+        row["mention_ms"] = 1e3 * statistics.median(times["mention"])
+        row["mention_ratio"] = statistics.median(m / g for m, g in zip(times["mention"], times["gpt2"]))
+    return row
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -87,6 +100,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--data", choices=("synthetic", "gum"), default="synthetic")
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--threads", type=int, default=None, help="CPU threads (default: every core allowed)")
+    parser.add_argument("--per-mention", action="store_true", help="also time the per-mention memory (two passes)")
     args = parser.parse_args(argv)
 
     device = torch.device(args.device)
@@ -103,14 +117,17 @@ def main(argv: list[str] | None = None) -> int:
           f"({len(docs)} docs, {in_mentions:.0%} of sub-tokens in mentions), batch {args.batch_size}x{args.seq_len}, "
           f"vocab {args.vocab}, median of {args.steps} steps after {args.warmup} warm-up; step = loss + backward + "
           f"clip + AdamW")
-    header = f"{'size':<8} {'params GPT2':>12} {'params GPT2E':>13} {'GPT2 ms':>9} {'GPT2E ms':>9} {'GPT2E/GPT2':>11}"
+    header = (f"{'size':<8} {'params GPT2':>12} {'params GPT2E':>13} {'GPT2 ms':>9} {'GPT2E ms':>9} "
+              f"{'GPT2E/GPT2':>11} {'FLOP ratio':>11}" + (f" {'mention ms':>11} {'mention/GPT2':>13}"
+                                                          if args.per_mention else ""))
     print(header)
     print("-" * len(header))
     for size in args.sizes:
         n_layer, n_embd = (int(part) for part in size.split("x"))
         row = benchmark_size(n_layer, n_embd, docs, args, device)
         print(f"{row['size']:<8} {row['params_gpt2']:>12,} {row['params_gpt2e']:>13,} {row['gpt2_ms']:>9.1f} "
-              f"{row['gpt2e_ms']:>9.1f} {row['ratio']:>11.3f}")
+              f"{row['gpt2e_ms']:>9.1f} {row['ratio']:>11.3f} {row['flop_ratio']:>11.3f}"
+              + (f" {row['mention_ms']:>11.1f} {row['mention_ratio']:>13.3f}" if args.per_mention else ""))
     return 0
 
 

@@ -104,37 +104,40 @@ PRESETS: dict[str, dict[str, dict]] = {
             configs="all", seeds=[0], settings=["Std", "Std-news", "Rare"], section3_seeds=[1, 2],  # notebook-only keys
         ),
     },
-    # Stylianou & Vlahavas 2020, Entity-Transformers: GPT2E vs GPT2 fine-tuned from one base on GUM + LitBank
-    # coreference (lmstudy.entity.study). ``base_scale``: which Wikipedia base (wiki_base preset)
-    # both start from; ``init_from``: real GPT-2 weights instead (path or hub id).
+    # Stylianou & Vlahavas 2020, Entity-Transformers: GPT2E vs GPT2 (and two GPT2E ablations) fine-tuned from the
+    # shared base (lmstudy.entity.study; ``base_scale``: lmstudy.base.study_base's scale; ``init_from``: real GPT-2
+    # weights instead, a path or hub id) on GUM + LitBank coreference. ``budgets``: the trend's fine-tuning steps,
+    # kept checkpoints of one run per model and seed that lasts the last of them (warm-up, then a constant
+    # learning rate); ``seeds`` for GPT2 and GPT2E, ``ablation_seeds`` for the ablations (and their GPT2E).
     "02_entity_transformer": {
-        # Seconds: the Wikipedia smoke base (2x32, 512-id BPE), 4 training documents per corpus, 10 steps, 2 seeds.
+        # Seconds: the smoke shared base (1x32, 512-id BPE), 4 training documents per corpus, 8 steps, 2 seeds.
         "smoke": dict(
             base_scale="smoke", init_from="", corpora=["gum", "litbank"], train_docs=4, eval_docs=2, seq_len=64,
-            batch_size=4, finetune_steps=10, lr=1e-3, warmup_steps=2, eval_every=5, seeds=[0, 1],
-            mixed_precision="no", lambada_examples=20, timing_steps=4, similarity_docs=2, tsne_entities=5,
-            ner_corpus="litbank", ner_train_docs=2, ner_eval_docs=1, ner_hidden=16, ner_epochs=2, ner_lr=0.01,
-            ner_batch_size=32,
+            batch_size=4, budgets=[2, 4, 8], lr=1e-3, warmup_steps=2, eval_every=4, seeds=[0, 1],
+            ablation_seeds=[0, 1], mixed_precision="no", lambada_examples=20, timing_steps=4, similarity_docs=2,
+            tsne_entities=5, ner_corpus="litbank", ner_train_docs=2, ner_eval_docs=1, ner_hidden=16, ner_epochs=2,
+            ner_lr=0.01, ner_batch_size=32,
         ),
-        # The published run: the Wikipedia cpu base (4x256, 8k BPE; trained once, shared with 03_kronecker), every
-        # GUM + LitBank document (477k training sub-tokens, 66k dev, 69k test), 3 seeds x 2 models; 400 steps =
-        # 0.86 epochs of the training data (run times: README).
+        # The published run: the cpu shared base (3x192, context 256, 8k BPE), every GUM + LitBank document (445k
+        # training sub-tokens, 62k dev, 64k test with the base's BPE), batch 8 x 256 (~240 steps a pass over the
+        # training documents); budgets 75, 300 and 1,200 steps (0.3, 1.3 and 5 passes: 154k, 614k, 2.5M positions);
+        # 3 seeds x (GPT2, GPT2E) and 3 seeds x 2 ablations (run times: README).
         "cpu": dict(
-            base_scale="cpu", init_from="", corpora=["gum", "litbank"], train_docs=0, eval_docs=0, seq_len=128,
-            batch_size=8, finetune_steps=400, lr=3e-4, warmup_steps=20, eval_every=200, seeds=[0, 1, 2],
-            mixed_precision="no", lambada_examples=1500, timing_steps=20, similarity_docs=0, tsne_entities=10,
-            ner_corpus="litbank", ner_train_docs=0, ner_eval_docs=0, ner_hidden=64, ner_epochs=4, ner_lr=0.001,
-            ner_batch_size=32,
+            base_scale="cpu", init_from="", corpora=["gum", "litbank"], train_docs=0, eval_docs=0, seq_len=256,
+            batch_size=8, budgets=[75, 300, 1200], lr=5e-4, warmup_steps=30, eval_every=75, seeds=[0, 1, 2],
+            ablation_seeds=[0, 1, 2], mixed_precision="no", lambada_examples=1500, timing_steps=20,
+            similarity_docs=0, tsne_entities=10, ner_corpus="litbank", ner_train_docs=0, ner_eval_docs=0,
+            ner_hidden=64, ner_epochs=4, ner_lr=0.001, ner_batch_size=32,
         ),
         # GPT-2 small from real weights on a GPU, the paper's learning rate; all documents and LAMBADA passages.
-        # 2,000 steps x 8 x 512 sub-tokens ~ 20 passes over GUM + LitBank train (the best validation weights are
-        # kept); the paper's 1e5 steps of batch 1 on CoNLL-2012 are a similar number of passes.
+        # Batch 8 x 512 GPT-2 sub-tokens (~120 steps a pass); budgets 125, 500 and 2,000 steps (1, 4 and 16
+        # passes; the paper's 1e5 steps of batch 1 on CoNLL-2012 are a similar number of passes).
         "paper": dict(
             base_scale="paper", init_from="gpt2", corpora=["gum", "litbank"], train_docs=0, eval_docs=0,
-            seq_len=512, batch_size=8, finetune_steps=2000, lr=2e-5, warmup_steps=100, eval_every=200,
-            seeds=[0, 1, 2], mixed_precision="bf16", lambada_examples=0, timing_steps=50, similarity_docs=0,
-            tsne_entities=10, ner_corpus="litbank", ner_train_docs=0, ner_eval_docs=0, ner_hidden=512, ner_epochs=20,
-            ner_lr=1e-4, ner_batch_size=32,
+            seq_len=512, batch_size=8, budgets=[125, 500, 2000], lr=2e-5, warmup_steps=100, eval_every=125,
+            seeds=[0, 1, 2], ablation_seeds=[0, 1, 2], mixed_precision="bf16", lambada_examples=0, timing_steps=50,
+            similarity_docs=0, tsne_entities=10, ner_corpus="litbank", ner_train_docs=0, ner_eval_docs=0,
+            ner_hidden=512, ner_epochs=20, ner_lr=1e-4, ner_batch_size=32,
         ),
     },
     # Welch et al. 2020, Section 3 + appendix (lmstudy.welch.extended, lmstudy.welch.hpsearch, lmstudy.welch.ngram):

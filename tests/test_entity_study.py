@@ -1,5 +1,6 @@
-"""lmstudy.entity.study: both models start as the base, the tables' arithmetic, step timing,
-and the whole pipeline on corpus slices from a tiny GPT-2 given by path (the ``init_from`` route)."""
+"""lmstudy.entity.study: every model starts as the base, the recipe, the trend's and the ablations' tables and
+verdicts, step timing with FLOPs, the Hugging Face export, and the whole pipeline on corpus slices from a tiny
+GPT-2 given by path (the ``init_from`` route)."""
 
 from __future__ import annotations
 
@@ -10,29 +11,37 @@ import pytest
 import torch
 from transformers import GPT2Config, GPT2LMHeadModel
 
+from lmstudy.base import StudyBase
+from lmstudy.entity import study
 from lmstudy.entity.data import EntityDocument, EntityLMTask
+from lmstudy.entity.model import GPT2E, GPT2EConfig
 from lmstudy.entity.study import (
-    MODELS, EntityStudyConfig, claims, compare_step_times, initial_model, without_entities,
+    ABLATIONS, MODELS, VARIANTS, EntityStudyConfig, ablation_table, claims, compare_step_times, initial_model,
+    step_time_table, train_config, trend_gaps, without_entities,
 )
 
 
 def _base() -> GPT2LMHeadModel:
     torch.manual_seed(0)
-    return GPT2LMHeadModel(GPT2Config(vocab_size=50, n_positions=16, n_embd=16, n_layer=2, n_head=2)).eval()
+    return GPT2LMHeadModel(GPT2Config(vocab_size=50, n_positions=16, n_embd=16, n_layer=2, n_head=2,
+                                      bos_token_id=0, eos_token_id=0)).eval()
 
 
-def test_both_models_start_as_the_base():
+def test_every_model_starts_as_the_base():
     base = _base()
     x = torch.randint(0, 50, (2, 12))
     entities = torch.randint(0, 3, (2, 12))
     expected = base(x).logits
-    gpt2, gpt2e = (initial_model(base, name, seed=1).eval() for name in MODELS)
-    assert not gpt2.has_entity_layers and gpt2e.has_entity_layers
-    assert torch.allclose(gpt2(x).logits, expected, atol=1e-5)
-    assert torch.allclose(gpt2e(x, entity_ids=entities).logits, expected, atol=1e-5)
+    models = {name: initial_model(base, name, seed=1).eval() for name in VARIANTS}
+    assert [m.has_entity_layers for m in models.values()] == [False, True, True, True]
+    for name, model in models.items():
+        assert torch.allclose(model(x, entity_ids=entities).logits, expected, atol=1e-5), name
+    assert {name: (m.config.entity_init, m.config.memory_update) for name, m in models.items()} == {
+        "GPT2": ("ones", "chunk"), "GPT2E": ("ones", "chunk"), "GPT2E learned init": ("learned", "chunk"),
+        "GPT2E per-mention": ("ones", "mention")}
     # The seed draws the new entity weights (and only those).
     other = initial_model(base, "GPT2E", seed=2)
-    key_weights = [m.transformer.h[0].entity_attn.k_attn.weight for m in (other, gpt2e)]
+    key_weights = [m.transformer.h[0].entity_attn.k_attn.weight for m in (other, models["GPT2E"])]
     assert not torch.equal(*key_weights)
     with pytest.raises(ValueError, match="not one of"):
         initial_model(base, "BERT", seed=0)
@@ -44,19 +53,39 @@ def test_without_entities_keeps_tokens():
     assert plain.input_ids == doc.input_ids and plain.entity_ids == [0, 0, 0] and doc.entity_ids == [0, 2, 2]
 
 
-def test_claims_verdicts():
-    runs = pd.DataFrame({"model": ["GPT2"] * 3 + ["GPT2E"] * 3, "seed": [0, 1, 2] * 2,
-                         "test_ppl": [20.0, 20.2, 19.8, 20.1, 20.0, 20.2],  # within noise: "similar" holds
-                         "lambada_ppl": [300.0, 301.0, 299.0, 200.0, 201.0, 199.0]})  # clearly better
-    timing = {"gpt2_seconds": 0.1, "gpt2e_seconds": 0.13, "overhead_pct": 30.0}
+def test_recipe_keeps_the_budgets_checkpoints_at_a_constant_learning_rate():
+    config = EntityStudyConfig(budgets=[5, 20, 80], eval_every=10, warmup_steps=4, seq_len=32, batch_size=2)
+    recipe = train_config(config, seed=3)
+    assert recipe.max_steps == config.finetune_steps == 80 and recipe.keep_checkpoints == (5, 20, 80)
+    assert recipe.lr_schedule == "constant" and recipe.warmup_steps == 4 and recipe.seed == 3
+    assert recipe.early_stopping_patience is None  # the run must reach every budget (best weights still kept)
+    assert config.tokens_per_step == 64
+    for budgets in ([], [8, 4], [4, 4], [0, 4]):
+        with pytest.raises(ValueError, match="budgets"):
+            EntityStudyConfig(budgets=budgets)
+
+
+def _similarity() -> pd.DataFrame:
     index = pd.MultiIndex.from_product([["entity similarity", "mention similarity"], ["NN*", "PRP*"]])
     mean = pd.DataFrame({"GPT2": [0.0, 0.0, 0.5, 0.5], "GPT2E with entities": [0.0, 0.0, 0.6, 0.4]}, index=index)
     std = pd.DataFrame({"GPT2": [0.01] * 4, "GPT2E with entities": [0.01] * 3 + [0.2]}, index=index)
     n = pd.DataFrame({"GPT2": [3] * 4, "GPT2E with entities": [3] * 4}, index=index)
-    similarity = pd.concat({"mean": mean, "std": std, "n": n}, axis=1)  # similarity_table's shape
+    return pd.concat({"mean": mean, "std": std, "n": n}, axis=1)  # similarity_table's shape
+
+
+TIMING = {"seconds": {"GPT2": 0.1, "GPT2E": 0.13}, "overhead_pct": {"GPT2": 0.0, "GPT2E": 30.0},
+          "flops_per_token": {"GPT2": 1e6, "GPT2E": 1.2e6}, "flops_overhead_pct": {"GPT2": 0.0, "GPT2E": 20.0},
+          "steps": 4, "threads": 2, "device": "cpu", "batch": [8, 256]}
+
+
+def test_claims_verdicts():
+    runs = pd.DataFrame({"model": ["GPT2"] * 3 + ["GPT2E"] * 3, "seed": [0, 1, 2] * 2,
+                         "test_ppl": [20.0, 20.2, 19.8, 20.1, 20.0, 20.2],  # within noise: "similar" holds
+                         "lambada_ppl": [300.0, 301.0, 299.0, 200.0, 201.0, 199.0]})  # clearly better
+    similarity = _similarity()
     ner = pd.DataFrame({"model": ["GPT2"] * 3 + ["GPT2E"] * 3, "type": ["overall"] * 6,
                         "f1": [0.50, 0.52, 0.48, 0.49, 0.51, 0.50]})
-    table = claims(runs, timing, similarity, ner)
+    table = claims(runs, TIMING, similarity, ner)
     assert list(table.columns) == ["claim", "verdict", "evidence"]
     verdict = table.set_index("claim")["verdict"]
     assert verdict["similar perplexity in-domain (coref test)"] == "holds"
@@ -67,16 +96,74 @@ def test_claims_verdicts():
     assert verdict["better NER F1 (paper +3 points)"] == "within noise"
     evidence = table.set_index("claim")["evidence"]
     assert evidence["better LAMBADA perplexity"] == "GPT2 300.00 ± 1.00, GPT2E 200.00 ± 1.00"
+    assert evidence["small time overhead (paper +2.7%)"] == "GPT2 0.1000 s, GPT2E 0.1300 s (+30.0%; FLOPs +20.0%)"
     # "Similar" also holds beyond the noise when the gap is under 2%, and not at 2% or more.
     tight = runs.assign(test_ppl=[20.0, 20.01, 19.99, 20.3, 20.31, 20.29])  # +1.5%, far beyond a 0.01 spread
-    assert claims(tight, timing, similarity, ner)["verdict"].iloc[0] == "holds"
+    assert claims(tight, TIMING, similarity, ner)["verdict"].iloc[0] == "holds"
     apart = runs.assign(test_ppl=[20.0, 20.01, 19.99, 20.5, 20.51, 20.49])  # +2.5%
-    assert claims(apart, timing, similarity, ner)["verdict"].iloc[0] == "does not hold"
+    assert claims(apart, TIMING, similarity, ner)["verdict"].iloc[0] == "does not hold"
+
+
+def fake_trend() -> pd.DataFrame:
+    """GPT2E's entity gap grows with the budget (-0.1, -1, -3 ppl, seed noise ±0.1 around it); GPT2E against
+    GPT2: level at first, better at the end."""
+    rows = []
+    for seed, noise in zip((0, 1, 2), (-0.1, 0.0, 0.1)):
+        for step, gpt2, gpt2e, gap in ((10, 50.0, 50.0, -0.1), (40, 40.0, 39.5, -1.0), (160, 35.0, 32.0, -3.0)):
+            rows.append({"model": "GPT2", "seed": seed, "step": step, "tokens": 100 * step, "test_ppl": gpt2 + noise,
+                         "test_ppl_no_entities": math.nan})
+            rows.append({"model": "GPT2E", "seed": seed, "step": step, "tokens": 100 * step,
+                         "test_ppl": gpt2e + noise, "test_ppl_no_entities": gpt2e - gap + 2 * noise})
+    return pd.DataFrame(rows)
+
+
+def test_trend_gaps_are_paired_by_seed_and_the_claims_give_a_verdict_per_budget_and_a_direction():
+    gaps = trend_gaps(fake_trend())
+    assert list(gaps.columns) == ["step", "tokens", "seed", "entity_gap", "model_gap"] and len(gaps) == 9
+    first = gaps[(gaps["step"] == 10) & (gaps["seed"] == 2)].iloc[0]
+    assert first["entity_gap"] == pytest.approx(-0.1 - 0.1) and first["model_gap"] == pytest.approx(0.0)
+    runs = pd.DataFrame({"model": ["GPT2", "GPT2E"] * 2, "seed": [0, 0, 1, 1], "test_ppl": [1.0, 1.0, 1.1, 1.1],
+                         "lambada_ppl": [1.0] * 4})
+    ner = pd.DataFrame({"model": ["GPT2", "GPT2E"] * 2, "type": ["overall"] * 4, "f1": [0.5] * 4})
+    table = claims(runs, TIMING, _similarity(), ner, fake_trend())
+    assert list(table.columns) == ["claim", "dataset", "level", "verdict", "evidence", "trend"]
+    uses = table[table["claim"].str.startswith("GPT2E uses the entities")]
+    assert uses["level"].tolist() == [10, 40, 160]
+    # at 10 steps the gap (-0.1 ± 0.1) is within noise; later it holds, and it moves toward the paper
+    assert uses["verdict"].tolist() == ["within noise", "holds", "holds"]
+    assert set(uses["trend"]) == {"toward the paper"}
+    assert uses["evidence"].iloc[1] == "gold 39.50 ± 0.10, null 40.50 ± 0.20; effect +1.00 ± 0.10"
+    better = table[table["claim"].str.startswith("GPT2E has lower test ppl than GPT2")]
+    assert better["verdict"].tolist() == ["within noise", "holds", "holds"]  # exactly level at first
+    assert set(better["trend"]) == {"toward the paper"}
+
+
+def test_ablation_table_compares_each_variant_with_gpt2e_paired_by_seed():
+    rows = []
+    for seed, noise in zip((0, 1, 2), (-0.2, 0.0, 0.2)):
+        for name, gold, null in (("GPT2E", 30.0, 31.0), ("GPT2E learned init", 30.05, 31.0),
+                                 ("GPT2E per-mention", 28.0, 31.0)):
+            rows.append({"model": name, "seed": seed, "test_ppl": gold + noise, "test_ppl_no_entities": null + noise})
+    table = ablation_table(pd.DataFrame(rows)).set_index("model")
+    assert list(table.index) == ["GPT2E", *ABLATIONS]
+    assert table.loc["GPT2E", "test ppl (gold entities)"] == "30.00 ± 0.20"
+    assert table.loc["GPT2E per-mention", "gold - null"] == "-3.00 ± 0.00"
+    # paired by seed: the seed noise cancels, so +2.00 with no spread, and a 0.05 loss is beyond noise too
+    assert table.loc["GPT2E per-mention", "GPT2E - variant (gold)"] == "+2.00 ± 0.00"
+    assert table.loc["GPT2E per-mention", "variant lowers test ppl"] == "holds"
+    assert table.loc["GPT2E learned init", "variant lowers test ppl"] == "does not hold"
+    assert pd.isna(table.loc["GPT2E", "variant lowers test ppl"])
+    assert table["seeds"].tolist() == [3, 3, 3]
+
+
+def test_step_time_table_puts_the_flop_ratio_beside_the_measured_one():
+    table = step_time_table(TIMING).set_index("model")
+    assert table.loc["GPT2E", "time overhead %"] == 30.0 and table.loc["GPT2E", "FLOP overhead %"] == 20.0
+    assert table.loc["paper GPT2E", "time overhead %"] == pytest.approx(100 * (0.298 / 0.290 - 1))
+    assert table.loc["GPT2", "where"] == "cpu, 2 thread(s), batch 8 x 256"
 
 
 def test_similarity_table_is_mean_std_and_n_over_seeds(monkeypatch):
-    from lmstudy.entity import study
-
     def fake_run(config, seed: int) -> dict:  # one value per setting, measure and group, as similarity_rows gives
         return {"rows": [{"setting": setting, "measure": measure, "group": group, "value": seed + 0.1 * i}
                          for i, setting in enumerate(study.SETTINGS) for measure in ("mention similarity",
@@ -93,43 +180,78 @@ def test_similarity_table_is_mean_std_and_n_over_seeds(monkeypatch):
 
 def test_compare_step_times_alternates_on_the_same_batches():
     base = _base()
-    models = {name: initial_model(base, name, seed=0) for name in MODELS}
+    models = {name: initial_model(base, name, seed=0) for name in VARIANTS}
     docs = [EntityDocument(f"d{i}", list(range(1, 30)), [i % 3] * 29, [-1] * 29) for i in range(4)]
     task = EntityLMTask(docs, docs[:1], batch_size=2, seq_len=8, pad_id=0)
     times = compare_step_times(models, task, steps=3, warmup=1)
-    assert set(times) == set(MODELS) and all(len(t) == 3 and min(t) > 0 for t in times.values())
+    assert set(times) == set(VARIANTS) and all(len(t) == 3 and min(t) > 0 for t in times.values())
+
+
+def _tiny_tokenizer():
+    from lmstudy.tokenization import train_bpe
+
+    return train_bpe(["The cat saw her sister . She smiled ."] * 50, 300)
+
+
+def test_export_writes_a_hugging_face_folder_that_reloads_with_its_config_class(tmp_path, monkeypatch):
+    monkeypatch.setenv("LMSTUDY_RUNS", str(tmp_path / "runs"))
+    tokenizer = _tiny_tokenizer()
+    base = GPT2LMHeadModel(GPT2Config(vocab_size=len(tokenizer), n_positions=16, n_embd=16, n_layer=2, n_head=2))
+    model = initial_model(base, "GPT2E learned init", seed=0)
+    with torch.no_grad():  # trained-looking entity weights, so that the round trip has something to keep
+        for parameter in model.parameters():
+            parameter.add_(0.05 * torch.randn_like(parameter))
+    monkeypatch.setattr(study, "load_base", lambda config: StudyBase(base, tokenizer, "tiny", 1.0, 0, {"tiny": 1}))
+    monkeypatch.setattr(study, "finetuned_model", lambda config, name, seed: (model.eval(), tokenizer))
+    monkeypatch.setattr(study, "finetune_run", lambda config, name, seed: {"test_ppl": 1.0})
+    path = study.export_model(EntityStudyConfig(seeds=[4]), "GPT2E learned init")
+    assert (path / "model.safetensors").is_file() and (path / "tokenizer.json").is_file()
+    assert GPT2EConfig.from_pretrained(path).entity_init == "learned"
+    loaded = GPT2E.from_pretrained(path).eval()
+    x, e = torch.randint(0, len(tokenizer), (1, 12)), torch.tensor([[0, 1, 1, 0, 2, 0, 1, 0, 2, 2, 0, 1]])
+    assert torch.equal(loaded(x, entity_ids=e).logits, model(x, entity_ids=e).logits)
+    record = __import__("json").loads((path / "lmstudy_run.json").read_text())
+    assert record["seed"] == 4 and record["metrics"] == {"test_ppl": 1.0}
+    assert study.export_model(EntityStudyConfig(seeds=[4]), "GPT2E learned init") == path  # cached
 
 
 @pytest.mark.slow
 def test_pipeline_end_to_end_on_corpus_slices(tmp_path, monkeypatch):
     from conftest import require_corpus
 
-    from lmstudy.entity import study
-    from lmstudy.tokenization import train_bpe
-
     for corpus in ("gum", "litbank", "lambada"):
         require_corpus(corpus)
     monkeypatch.setenv("LMSTUDY_RUNS", str(tmp_path / "runs"))
     # A tiny "pretrained GPT-2" given by path, with its tokenizer: the paper scale's init_from route.
     weights = tmp_path / "tiny-gpt2"
-    tokenizer = train_bpe([doc_text for doc_text in ("The cat saw her sister . She smiled .",) * 50], 300)
+    tokenizer = _tiny_tokenizer()
     tokenizer.save_pretrained(str(weights))
     torch.manual_seed(0)
     GPT2LMHeadModel(GPT2Config(vocab_size=len(tokenizer), n_positions=32, n_embd=16, n_layer=1, n_head=2,
                                bos_token_id=0, eos_token_id=0)).save_pretrained(str(weights))
     config = EntityStudyConfig(
-        init_from=str(weights), train_docs=1, eval_docs=1, seq_len=32, batch_size=2, finetune_steps=3, lr=1e-3,
-        warmup_steps=1, eval_every=3, seeds=[0, 1], lambada_examples=5, timing_steps=2, similarity_docs=1,
-        tsne_entities=3, ner_train_docs=1, ner_eval_docs=1, ner_hidden=8, ner_epochs=1,
+        init_from=str(weights), train_docs=1, eval_docs=1, seq_len=32, batch_size=2, budgets=[1, 2, 4], lr=1e-3,
+        warmup_steps=1, eval_every=2, seeds=[0, 1], ablation_seeds=[0, 1], lambada_examples=5, timing_steps=2,
+        similarity_docs=1, tsne_entities=3, ner_train_docs=1, ner_eval_docs=1, ner_hidden=8, ner_epochs=1,
     )
     runs = study.perplexity_runs(config)
     assert len(runs) == 4 and runs["test_ppl"].map(math.isfinite).all()
     assert runs["test_ppl_no_entities"].isna().tolist() == [True, False, True, False]  # GPT2E only
     assert ((runs["lambada_acc"] >= 0) & (runs["lambada_acc"] <= 1)).all()
+    trend = study.trend_table(config)
+    assert len(trend) == 12 and sorted(set(trend["step"])) == [1, 2, 4] and set(trend["tokens"]) == {64, 128, 256}
+    # where the best weights are the last budget's, both evaluations score the same weights
+    last = trend[trend["step"] == 4].set_index(["model", "seed"])["test_ppl"]
+    for row in runs[runs["best_step"] == 4].itertuples():
+        assert last[(row.model, row.seed)] == pytest.approx(row.test_ppl, rel=1e-9)
     curves = study.loss_curves(config)
     assert set(curves["split"]) == {"training", "validation"} and set(curves["model"]) == set(MODELS)
+    ablations = study.ablation_runs(config)
+    assert set(ablations["model"]) == {"GPT2E", *ABLATIONS} and len(ablations) == 6
+    assert len(study.ablation_table(ablations)) == 3
     timing = study.step_time_run(config)
-    assert timing["gpt2_seconds"] > 0 and timing["gpt2e_seconds"] > 0
+    assert set(timing["seconds"]) == set(VARIANTS) and min(timing["seconds"].values()) > 0
+    assert timing["flops_overhead_pct"]["GPT2E per-mention"] > timing["flops_overhead_pct"]["GPT2E"] > 0
     similarity = study.similarity_table(config)
     assert list(similarity["mean"].columns) == list(study.SETTINGS)
     assert similarity["mean"].loc[("mention similarity", "NN*")].between(-1, 1).all()
@@ -138,7 +260,11 @@ def test_pipeline_end_to_end_on_corpus_slices(tmp_path, monkeypatch):
     pd.testing.assert_frame_equal(study.tsne_frames(config)["GPT2"], frames["GPT2"])  # cached points
     ner = study.ner_table(config)
     assert set(ner["model"]) == set(MODELS) and (ner["type"] == "overall").sum() == 4
-    table = claims(runs, timing, similarity, ner)
-    assert len(table) == 6 and table["verdict"].isin(["holds", "does not hold", "within noise"]).all()
+    table = claims(runs, timing, similarity, ner, trend)
+    assert len(table) == 6 + 2 * 3 and table["verdict"].isin(["holds", "does not hold", "within noise"]).all()
+    path = study.export_model(config)
+    model, _ = study.finetuned_model(config, "GPT2E", 0)
+    x = torch.randint(0, len(tokenizer), (1, 8))
+    assert torch.equal(GPT2E.from_pretrained(path).eval()(x).logits, model(x).logits)
     again = study.perplexity_runs(config)  # cached: the same numbers, nothing retrained
     pd.testing.assert_frame_equal(again, runs)

@@ -1,89 +1,138 @@
-"""02_entity_transformer: the Entity-Transformer (Stylianou & Vlahavas 2020) at our scale: GPT2E vs GPT2.
+"""02_entity_transformer: the Entity-Transformer (Stylianou & Vlahavas 2020) on the shared base: GPT2E vs GPT2,
+and whether the entity layer learns to use coreference once it has the steps to.
 
 The paper fine-tunes GPT-2 small with and without Entity-Transformer blocks on CoNLL-2012 with gold
 coreference, then compares perplexity (CoNLL test, LAMBADA), time per step, mention-representation
-similarity (Table 4), t-SNE pictures and a NER probe (Table 5). Our pipeline:
+similarity (Table 4), t-SNE pictures and a NER probe (Table 5). An earlier run of this study (run-cache study
+``02_entity_transformer``, results in ``results/``) fine-tuned a weak 2M-token Wikipedia base for 400 steps, and
+its entity layer learned to use almost nothing. This version (run-cache study ``02_entity_shared``) starts from
+the shared base and measures the entity-use gap as a trend over fine-tuning steps.
 
-1. Base model. ``cpu``/``smoke``: the small GPT-2 pretrained on our Wikipedia split, Krony-PT's base too
-   (:func:`lmstudy.wiki_base.pretrain_base`, the ``wiki_base`` preset of ``base_scale``; general English, disjoint
-   from GUM, LitBank and LAMBADA), with its byte-level BPE; the same cached run serves both studies.
-   ``paper``: real GPT-2 weights from ``init_from`` (a path or hub id; its tokenizer, else GPT-2's BPE from
-   the data dir).
-2. Two models from identical weights: GPT2E = :meth:`GPT2E.from_gpt2` (entity attention in every block, zero
-   output projection, so it starts as exactly the base) and GPT2 = the same with ``entity_layers=[]``.
-   Both are fine-tuned with the same data, steps, schedule and seed (:func:`finetune_run`, cached), for every
-   seed in ``seeds``. The seed sets the new entity weights, the document order and dropout.
+1. Base model (:func:`load_base`). ``smoke``/``cpu``: the shared base of ``base_scale``
+   (:func:`lmstudy.base.study_base`, its full run; ``cpu``: GPT-2 3x192, context 256, 8k byte-level BPE, 37.5M
+   tokens of six domains, disjoint from GUM, LitBank and LAMBADA); its ``identity`` names the weights in every
+   run config. ``paper``: real GPT-2 weights from ``init_from`` (a path or hub id; its tokenizer, else GPT-2's
+   BPE from the data dir).
+2. Models from identical weights (:data:`VARIANTS`, :func:`initial_model`): GPT2E = :meth:`GPT2E.from_gpt2`
+   (entity attention in every block, zero output projection, so it starts as exactly the base), GPT2 = the same
+   with ``entity_layers=[]``, and the two ablations below. All are fine-tuned with the same data, batches,
+   schedule and seed (:func:`finetune_run`, cached), for every seed. The seed sets the new entity weights and
+   the document order (so one seed = the same batches for every model: differences are paired by seed).
 3. Data (:func:`study_documents`): OntoGUM coreference (GUM's official train/dev/test; the 18 reddit documents
-   are masked in the release and left out) plus LitBank (the reader's fixed 80/10/10 document split), both
-   encoded by :func:`lmstudy.entity.data.encode_coref_document`. ``coref test`` perplexity is GUM test +
-   LitBank test read with the entity memory (:func:`entity_stream_loss`); for GPT2E also with every entity id
-   null (``test_ppl_no_entities``: how much the entity information itself is worth at test time).
-4. LAMBADA (OpenAI's detokenized test set, ``lambada_examples`` passages): the shared protocol
-   (:func:`lmstudy.evaluation.lambada_scores`: last-word per-token perplexity and greedy last-word
-   accuracy with its Wilson interval), GPT2E with all-null entities as the paper does.
-5. Time per step (:func:`step_time_run`): both models, the same batches, steps alternating so that machine
-   load hits both alike; median seconds of forward + backward + clipping + AdamW (:func:`timed_step`,
-   also used by ``benchmarks/bench_entity_gpt2.py``).
-6. Table 4 and t-SNE (:mod:`lmstudy.entity.probes`): mention vectors on GUM test (the corpus with POS tags).
-7. NER probe (:func:`ner_run`, cached): a BiLSTM over frozen word vectors of each fine-tuned model (GPT2E
+   are masked in the release and left out) plus LitBank (the reader's fixed 80/10/10 document split), encoded
+   by :func:`lmstudy.entity.data.encode_coref_document` with the base's tokenizer. ``test_ppl`` is GUM test +
+   LitBank test read with the entity memory (:func:`entity_stream_loss`); for entity models also with every
+   entity id null (``test_ppl_no_entities``: what the entity information itself is worth at test time).
+4. Fine-tuning recipe and the trend (our decision). One long run per (model, seed) rather than one run per
+   budget: the checkpoints at the ``budgets`` steps are kept (``TrainConfig.keep_checkpoints``) and each is
+   scored on the test set, gold and null entities. That is three budgets for the price of the largest, and the
+   budgets share their first steps exactly, so the trend is one trajectory, not three noisy runs. What makes
+   an early checkpoint a fair stand-in for a shorter run is the schedule: linear warm-up, then a *constant*
+   learning rate (a cosine decay would leave the early checkpoints mid-decay, at a high learning rate, where a
+   run of that length would have annealed). The price is that no budget gets a final anneal. The run lasts
+   the largest budget, several passes over the training documents; validation every ``eval_every`` steps keeps
+   the best weights (``best/``): early stopping in the model-selection sense (the run is not cut short: the
+   trend needs every budget's checkpoint). The headline measures (LAMBADA, Table 4, t-SNE, NER, the ablations)
+   read the best weights; the trend reads the budget checkpoints as they are, overfitted or not (the loss
+   curves show where validation turns).
+5. LAMBADA (OpenAI's detokenized test set, ``lambada_examples`` passages): the shared protocol
+   (:func:`lmstudy.evaluation.lambada_scores`: last-word per-token perplexity and greedy last-word accuracy
+   with its Wilson interval), entity models with all-null entities, as the paper does.
+6. Time per step (:func:`step_time_run`): every variant on the same batches, steps alternating (and which
+   goes first too) so that machine load hits all alike; median seconds of forward + backward + clipping +
+   AdamW (:func:`timed_step`, also used by ``benchmarks/bench_entity_gpt2.py``), beside the analytic FLOP ratio
+   (:func:`lmstudy.entity.model.training_flops_per_token`): the gap between the two is implementation cost.
+7. Table 4 and t-SNE (:mod:`lmstudy.entity.probes`): mention vectors on GUM test (the corpus with POS tags).
+8. NER probe (:func:`ner_run`, cached): a BiLSTM over frozen word vectors of each fine-tuned model (GPT2E
    with entity information), trained with the same settings for both, on ``ner_corpus``'s outermost typed
    entity layer (LitBank: ACE types PER/LOC/GPE/FAC/ORG/VEH on proper and common noun phrases, the closest
    we have to OntoNotes NER; or GUM's 10 types), scored span-level on its test split.
+9. Ablations the paper leaves open (:func:`ablation_runs`, ``ablation_seeds``), each a GPT2E option of
+   :class:`lmstudy.entity.model.GPT2EConfig`: the entity memory initialised with ones (the paper) vs a learned
+   vector (``entity_init="learned"``); the memory written at the end of the chunk (ours, the paper's per-step
+   update) vs after each mention within the chunk (``memory_update="mention"``, strictly causal, two passes).
+   Why the second can matter: where nothing is written yet (a document's first chunk, with the chunk-end
+   update) every key of the entity attention is the same initial state, so its attention is uniform, a causal
+   mean of the values, and the entity ids carry no information at all; the per-mention memory gives a chunk's
+   second mention of an entity its first mention's state.
+
+Reading the two gaps: GPT2E minus GPT2 mixes the use of the entities with the extra sub-layer's capacity (even
+with null entities the entity attention is a causal mean of values, a layer GPT2 lacks); GPT2E's gold minus
+null entities isolates the use of the entities.
+10. Claims (:func:`claims`) and the ablation table (:func:`ablation_table`): every verdict through
+    :mod:`lmstudy.claims`; the trend's per-budget verdicts and direction through :func:`lmstudy.claims.trend_rows`.
+11. The model as a Hugging Face folder (:func:`export_model`, cached: ``<run>/model``): ``GPT2E.from_pretrained``
+    with its ``GPT2EConfig`` reads it back.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import statistics
 import time
 from dataclasses import dataclass, field
-from functools import lru_cache
+from pathlib import Path
 
 import pandas as pd
 import torch
+from safetensors.torch import load_model
 from transformers import GPT2LMHeadModel
 
+from lmstudy.base import StudyBase, study_base
 from lmstudy.claims import (
-    DOES_NOT_HOLD, HOLDS, WITHIN_NOISE, ClaimRow, Spread, claims_table, effect, spread_table, spreads, verdict_of,
+    DOES_NOT_HOLD, HOLDS, WITHIN_NOISE, ClaimRow, Spread, claims_table, effect, spread_table, spreads, trend_rows,
+    verdict_of,
 )
 from lmstudy.data.readers.coref import CorefDocument
 from lmstudy.entity.data import EntityDocument, EntityLMTask, encode_coref_document, entity_stream_loss
+from lmstudy.entity.model import GPT2E, training_flops_per_token
 from lmstudy.entity.probes import (
     BiLSTMTagger, NerProbeTask, mention_vectors, predict_tags, similarity_rows, span_scores, standardise,
     tag_vocabulary, tagged_sentences,
 )
 from lmstudy.evaluation import lambada_examples, lambada_scores
-from lmstudy.entity.model import GPT2E
-from lmstudy.runs import Run, cached, canonical_json, get_run, read_log
-from lmstudy.training import TrainConfig, count_parameters, load_weights, train_and_restore
-from lmstudy.wiki_base import wiki_base_config
+from lmstudy.runs import Run, atomic_write_json, cached, get_run, read_log, read_log_records
+from lmstudy.training import TrainConfig, count_parameters, kept_checkpoint, load_weights, train_and_restore
 
-STUDY = "02_entity_transformer"
+STUDY = "02_entity_shared"
+# The fine-tuned models: name -> GPT2EConfig entity options. GPT2 and GPT2E are the paper's comparison; the
+# other two are the ablations, each GPT2E with one option changed.
+VARIANTS = {
+    "GPT2": dict(entity_layers=[], entity_init="ones", memory_update="chunk"),
+    "GPT2E": dict(entity_layers=None, entity_init="ones", memory_update="chunk"),
+    "GPT2E learned init": dict(entity_layers=None, entity_init="learned", memory_update="chunk"),
+    "GPT2E per-mention": dict(entity_layers=None, entity_init="ones", memory_update="mention"),
+}
 MODELS = ("GPT2", "GPT2E")
+ABLATIONS = {"GPT2E learned init": "initial entity state: a learned vector (paper: ones)",
+             "GPT2E per-mention": "memory also written after each mention within the chunk (paper: per step)"}
 SPLITS = {"train": "train", "valid": "dev", "test": "test"}  # our names -> the readers' split names
 COLOURS = {"GPT2": "tab:orange", "GPT2E": "tab:blue"}  # the paper's Figures 2-3
 
 
 @dataclass(frozen=True)
 class EntityStudyConfig:
-    """The entity study's settings: base model, fine-tuning data and recipe, evaluation slices, NER probe."""
+    """The entity study's settings: base model, fine-tuning data and recipe, the trend's budgets, the
+    ablations' seeds, evaluation slices, NER probe."""
 
-    # base model: the Wikipedia base (lmstudy.wiki_base) of ``base_scale`` unless ``init_from`` names GPT-2 weights
+    # base model: the shared base (lmstudy.base) of ``base_scale`` unless ``init_from`` names GPT-2 weights
     base_scale: str = "smoke"
     init_from: str = ""
     # fine-tuning data: coreference corpora, documents per corpus (0 = all)
     corpora: list = field(default_factory=lambda: ["gum", "litbank"])
     train_docs: int = 0
     eval_docs: int = 0
-    # fine-tuning (identical for GPT2 and GPT2E)
+    # fine-tuning (identical for every model): warm-up then a constant learning rate (module docstring, 4)
     seq_len: int = 64
     batch_size: int = 4
-    finetune_steps: int = 100
-    lr: float = 1e-4
-    warmup_steps: int = 10
-    eval_every: int = 50
+    budgets: list = field(default_factory=lambda: [4, 8, 16])  # steps of the trend; the run lasts the last
+    lr: float = 1e-3
+    warmup_steps: int = 2
+    eval_every: int = 4
     seeds: list = field(default_factory=lambda: [0, 1, 2])
+    ablation_seeds: list = field(default_factory=lambda: [0, 1, 2])
     mixed_precision: str = "no"
     # evaluation
     lambada_examples: int = 0  # 0 = all 5,153
@@ -99,16 +148,26 @@ class EntityStudyConfig:
     ner_lr: float = 1e-3
     ner_batch_size: int = 32
 
-    def base_identity(self) -> dict:
-        """What identifies the starting weights (and tokenizer) in every run config."""
-        if self.init_from:
-            return {"init_from": self.init_from}
-        return {"krony_base": wiki_base_config(self.base_scale).base_config()}  # key kept: run hashes
+    def __post_init__(self) -> None:
+        budgets = list(self.budgets)
+        if not budgets or any(not isinstance(b, int) or b < 1 for b in budgets) or budgets != sorted(set(budgets)):
+            raise ValueError(f"budgets must be increasing positive step counts, got {self.budgets}")
+
+    @property
+    def finetune_steps(self) -> int:
+        """The length of every fine-tuning run: the largest budget."""
+        return self.budgets[-1]
+
+    @property
+    def tokens_per_step(self) -> int:
+        """Sub-token positions a step reads (padding included: the last chunk of a document is shorter)."""
+        return self.batch_size * self.seq_len
 
     def finetune_identity(self) -> dict:
-        keys = ("corpora", "train_docs", "eval_docs", "seq_len", "batch_size", "finetune_steps", "lr",
-                "warmup_steps", "eval_every", "mixed_precision")
-        return {"base": self.base_identity(), **{key: getattr(self, key) for key in keys}}
+        """What sets the fine-tuning (part of every run's identity): the base's weights and the recipe."""
+        keys = ("corpora", "train_docs", "eval_docs", "seq_len", "batch_size", "budgets", "lr", "warmup_steps",
+                "eval_every", "mixed_precision")
+        return {"base": load_base(self).identity, **{key: getattr(self, key) for key in keys}}
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -116,45 +175,32 @@ class EntityStudyConfig:
 # ---------------------------------------------------------------------------------------------------
 
 
-_BASES: dict[str, tuple[GPT2LMHeadModel, object]] = {}
+def load_base(config: EntityStudyConfig) -> StudyBase:
+    """The GPT-2 both models start from (float32, eval mode; never changed: :func:`initial_model` copies it).
+
+    The shared base of ``config.base_scale`` (trained first at smoke scale), or the weights of
+    ``config.init_from``. Loaded once per process."""
+    return _load_base(config.base_scale, config.init_from)
 
 
-def load_base(config: EntityStudyConfig) -> tuple[GPT2LMHeadModel, object]:
-    """The base GPT-2 (trained, best weights) and its tokenizer; pretrains the Wikipedia base if needed.
+@functools.lru_cache(maxsize=None)
+def _load_base(base_scale: str, init_from: str) -> StudyBase:
+    if not init_from:
+        return study_base(base_scale)
+    from transformers import AutoTokenizer
 
-    Loaded once per process (``initial_model`` copies the weights, the base itself is never changed).
-    """
-    key = canonical_json(config.base_identity())
-    if key not in _BASES:
-        _BASES[key] = _load_base(config)
-    return _BASES[key]
+    model = GPT2LMHeadModel.from_pretrained(init_from)
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(init_from)
+    except OSError:  # weights without tokenizer files: GPT-2's BPE from the data dir
+        from lmstudy.tokenization import gpt2_tokenizer
 
-
-def _load_base(config: EntityStudyConfig) -> tuple[GPT2LMHeadModel, object]:
-    if config.init_from:
-        from transformers import AutoTokenizer
-
-        model = GPT2LMHeadModel.from_pretrained(config.init_from)
-        try:
-            tokenizer = AutoTokenizer.from_pretrained(config.init_from)
-        except OSError:  # weights without tokenizer files: GPT-2's BPE from the data dir
-            from lmstudy.tokenization import gpt2_tokenizer
-
-            tokenizer = gpt2_tokenizer()
-        return model, tokenizer
-    from lmstudy.tokenization import load_tokenizer
-    from lmstudy.wiki_base import base_run, gpt2_config, pretrain_base
-
-    base = wiki_base_config(config.base_scale)
-    pretrain_base(base)
-    run = base_run(base)
-    tokenizer = load_tokenizer(run.path / "tokenizer")
-    model = GPT2LMHeadModel(gpt2_config(base, len(tokenizer)))
-    load_weights(model, run, "best")
-    return model, tokenizer
+        tokenizer = gpt2_tokenizer()
+    return StudyBase(model=model.eval(), tokenizer=tokenizer, name=init_from, fraction=1.0, tokens=0,
+                     identity={"init_from": init_from})
 
 
-@lru_cache(maxsize=None)
+@functools.lru_cache(maxsize=None)
 def coref_documents(corpus: str) -> tuple[CorefDocument, ...]:
     """Every document of a coreference corpus, read once per process (each reader streams its archive)."""
     from lmstudy.data.catalogue import corpus_path
@@ -200,58 +246,78 @@ def without_entities(docs: list[EntityDocument]) -> list[EntityDocument]:
 
 
 # ---------------------------------------------------------------------------------------------------
-# Fine-tuning GPT2 and GPT2E
+# Fine-tuning
 # ---------------------------------------------------------------------------------------------------
 
 
 def initial_model(base: GPT2LMHeadModel, name: str, seed: int) -> GPT2E:
-    """GPT2E (entity attention in every block) or GPT2 (none) with the base's weights; the seed draws the
-    new entity weights (their output projection is zero, so both compute the base exactly)."""
-    if name not in MODELS:
-        raise ValueError(f"model {name!r} is not one of {MODELS}")
+    """The model ``name`` of :data:`VARIANTS` with the base's weights; the seed draws the new entity weights
+    (their output projection is zero, so every variant computes the base exactly)."""
+    if name not in VARIANTS:
+        raise ValueError(f"model {name!r} is not one of {tuple(VARIANTS)}")
     torch.manual_seed(seed)
-    return GPT2E.from_gpt2(base, entity_layers=None if name == "GPT2E" else [])
+    return GPT2E.from_gpt2(base, **VARIANTS[name])
 
 
 def _finetune_config(config: EntityStudyConfig, name: str, seed: int) -> dict:
-    return {"stage": "finetune", "model": name, "seed": seed, **config.finetune_identity(),
-            "lambada_examples": config.lambada_examples}
+    return {"stage": "finetune", "model": name, "options": VARIANTS[name], "seed": seed,
+            **config.finetune_identity(), "lambada_examples": config.lambada_examples}
 
 
-def _check_positions(config: EntityStudyConfig, base: GPT2LMHeadModel) -> None:
-    if config.seq_len > base.config.n_positions:
-        raise ValueError(f"seq_len={config.seq_len} exceeds the base model's {base.config.n_positions} positions")
+def train_config(config: EntityStudyConfig, seed: int) -> TrainConfig:
+    """The fine-tuning recipe (module docstring, 4): warm-up then constant, the budgets' checkpoints kept."""
+    every = min(config.eval_every, config.finetune_steps)
+    return TrainConfig(
+        max_steps=config.finetune_steps, lr=config.lr, lr_schedule="constant", warmup_steps=config.warmup_steps,
+        eval_every=every, checkpoint_every=every, keep_checkpoints=tuple(config.budgets), seed=seed,
+        log_every=max(1, every // 10), mixed_precision=config.mixed_precision,
+    )
+
+
+def coref_test_scores(model: GPT2E, docs: list[EntityDocument], config: EntityStudyConfig, pad_id: int) -> dict:
+    """``test_loss`` / ``test_ppl`` of ``docs`` with their entities; for entity models also with every entity
+    id null (``test_loss_no_entities`` / ``test_ppl_no_entities``)."""
+    evaluate = dict(seq_len=config.seq_len, batch_size=config.batch_size, pad_id=pad_id)
+    loss = entity_stream_loss(model, docs, **evaluate)
+    results = {"test_loss": loss, "test_ppl": math.exp(loss)}
+    if model.has_entity_layers:
+        null = entity_stream_loss(model, without_entities(docs), **evaluate)
+        results.update(test_loss_no_entities=null, test_ppl_no_entities=math.exp(null))
+    return results
 
 
 def finetune_run(config: EntityStudyConfig, name: str, seed: int) -> dict:
-    """Fine-tune ``name`` (GPT2 / GPT2E) from the base with ``seed`` (cached), then evaluate its best weights."""
+    """Fine-tune ``name`` from the base with ``seed`` (cached): the best weights' test perplexities and LAMBADA,
+    and ``budgets``: each kept checkpoint's step, tokens and test perplexities (the trend)."""
     def fn(run: Run) -> dict:
-        base, tokenizer = load_base(config)
-        _check_positions(config, base)
+        base = load_base(config)
+        tokenizer, pad_id = base.tokenizer, base.tokenizer.eos_token_id
+        if config.seq_len > base.model.config.n_positions:
+            raise ValueError(f"seq_len={config.seq_len} exceeds the base model's {base.model.config.n_positions} "
+                             "positions")
         docs = study_documents(config, tokenizer)
-        model = initial_model(base, name, seed)
+        model = initial_model(base.model, name, seed)
         task = EntityLMTask(docs["train"], docs["valid"], batch_size=config.batch_size, seq_len=config.seq_len,
-                            pad_id=tokenizer.eos_token_id, seed=seed)
-        steps = config.finetune_steps
-        train_config = TrainConfig(
-            max_steps=steps, lr=config.lr, lr_schedule="cosine", warmup_steps=config.warmup_steps,
-            eval_every=min(config.eval_every, steps), checkpoint_every=min(config.eval_every, steps), seed=seed,
-            log_every=max(1, min(config.eval_every, steps) // 10), mixed_precision=config.mixed_precision,
-        )
-        start = time.perf_counter()
-        metrics = train_and_restore(model, task, train_config, run)
-        seconds = time.perf_counter() - start  # this session's share when resumed
-        evaluate = dict(seq_len=config.seq_len, batch_size=config.batch_size, pad_id=tokenizer.eos_token_id)
-        test_loss = entity_stream_loss(model, docs["test"], **evaluate)
-        results = {**metrics, "test_loss": test_loss, "test_ppl": math.exp(test_loss),
-                   **lambada_scores(model, lambada_examples(tokenizer, config.lambada_examples),
-                                    base.config.n_positions, config.batch_size),
-                   "train_seconds": seconds, "parameters": count_parameters(model),
-                   "train_docs": len(docs["train"]), "train_tokens": sum(len(d.input_ids) for d in docs["train"])}
-        if model.has_entity_layers:
-            no_entities = entity_stream_loss(model, without_entities(docs["test"]), **evaluate)
-            results.update(test_loss_no_entities=no_entities, test_ppl_no_entities=math.exp(no_entities))
-        return results
+                            pad_id=pad_id, seed=seed)
+
+        def evaluate(best: GPT2E) -> dict:
+            return {**coref_test_scores(best, docs["test"], config, pad_id),
+                    **lambada_scores(best, lambada_examples(tokenizer, config.lambada_examples),
+                                     base.model.config.n_positions, config.batch_size)}
+
+        metrics = train_and_restore(model, task, train_config(config, seed), run, evaluate=evaluate)
+        budgets = []
+        for step in config.budgets:
+            checkpoint = initial_model(base.model, name, seed)
+            load_model(checkpoint, str(kept_checkpoint(run, step) / "model.safetensors"))
+            budgets.append({"step": step, "tokens": step * config.tokens_per_step,
+                            **coref_test_scores(checkpoint, docs["test"], config, pad_id)})
+        log = read_log_records(run.log_path)
+        return {**metrics, "budgets": budgets,
+                "train_seconds": max((r["train_s"] for r in log if r.get("kind") == "train"), default=0.0),
+                "parameters": count_parameters(model),
+                "flops_per_token": training_flops_per_token(model.config, config.seq_len),
+                "train_docs": len(docs["train"]), "train_tokens": sum(len(d.input_ids) for d in docs["train"])}
 
     return cached(STUDY, _finetune_config(config, name, seed), fn)
 
@@ -259,38 +325,44 @@ def finetune_run(config: EntityStudyConfig, name: str, seed: int) -> dict:
 def finetuned_model(config: EntityStudyConfig, name: str, seed: int) -> tuple[GPT2E, object]:
     """The fine-tuned model (best weights; trains it if needed) and the tokenizer."""
     finetune_run(config, name, seed)
-    base, tokenizer = load_base(config)
-    model = initial_model(base, name, seed)
+    base = load_base(config)
+    model = initial_model(base.model, name, seed)
     load_weights(model, get_run(STUDY, _finetune_config(config, name, seed)), "best")
     device = "cuda" if torch.cuda.is_available() else "cpu"  # the probes' forward passes (paper scale: a GPU)
-    return model.to(device).eval(), tokenizer
+    return model.to(device).eval(), base.tokenizer
 
 
 # ---------------------------------------------------------------------------------------------------
 # Tables 2-3 and Figures 2-3
 # ---------------------------------------------------------------------------------------------------
 
+RUN_COLUMNS = ("test_ppl", "test_ppl_no_entities", "lambada_ppl", "lambada_acc", "best_step", "train_seconds")
 
-def perplexity_runs(config: EntityStudyConfig) -> pd.DataFrame:
-    """One row per (model, seed): losses and perplexities of Tables 2-3 (training happens here, cached)."""
+
+def _run_rows(config: EntityStudyConfig, names, seeds) -> pd.DataFrame:
     rows = []
-    for seed in config.seeds:
-        for name in MODELS:
+    for seed in seeds:
+        for name in names:
             metrics = finetune_run(config, name, seed)
             log = read_log(get_run(STUDY, _finetune_config(config, name, seed)))
             train_loss = log[log["kind"] == "train"]["loss"].tail(5).mean()  # the last few logged steps
             rows.append({"model": name, "seed": seed, "train_loss": train_loss, "train_ppl": math.exp(train_loss),
                          "val_loss": metrics["best_val_loss"], "val_ppl": math.exp(metrics["best_val_loss"]),
-                         **{key: metrics.get(key, float("nan")) for key in (
-                             "test_ppl", "test_ppl_no_entities", "lambada_ppl", "lambada_acc", "train_seconds")}})
+                         **{key: metrics.get(key, float("nan")) for key in RUN_COLUMNS}})
     return pd.DataFrame(rows)
 
 
-def loss_curves(config: EntityStudyConfig) -> pd.DataFrame:
+def perplexity_runs(config: EntityStudyConfig) -> pd.DataFrame:
+    """One row per (model, seed) of GPT2 and GPT2E: Tables 2-3 of the best weights (training happens here,
+    cached); ``train_loss`` is the mean of the last logged training losses."""
+    return _run_rows(config, MODELS, config.seeds)
+
+
+def loss_curves(config: EntityStudyConfig, names=MODELS) -> pd.DataFrame:
     """Training and validation loss per step of every fine-tuning run (model, seed, split, step, loss)."""
     frames = []
     for seed in config.seeds:
-        for name in MODELS:
+        for name in names:
             finetune_run(config, name, seed)
             log = read_log(get_run(STUDY, _finetune_config(config, name, seed)))
             train_part = log[log["kind"] == "train"][["step", "loss"]].assign(split="training")
@@ -299,8 +371,9 @@ def loss_curves(config: EntityStudyConfig) -> pd.DataFrame:
     return pd.concat(frames, ignore_index=True)
 
 
-def plot_loss_curves(curves: pd.DataFrame, title: str = ""):
-    """The paper's Figures 2-3 side by side: mean over seeds with the min-max band, GPT2 orange, GPT2E blue."""
+def plot_loss_curves(curves: pd.DataFrame, budgets=(), title: str = ""):
+    """The paper's Figures 2-3 side by side: mean over seeds with the min-max band, GPT2 orange, GPT2E blue;
+    dotted lines at the trend's budgets."""
     import matplotlib.pyplot as plt
     import seaborn as sns
 
@@ -309,14 +382,104 @@ def plot_loss_curves(curves: pd.DataFrame, title: str = ""):
     for axis, split in zip(axes, ("training", "validation")):
         sns.lineplot(data=curves[curves["split"] == split], x="step", y="loss", hue="model", palette=COLOURS,
                      errorbar=("pi", 100), marker="o" if split == "validation" else None, ax=axis)
-        axis.set(xlabel="training step", ylabel="loss (nats / token)", title=f"{split} loss")
+        for step in budgets:
+            axis.axvline(step, color="grey", ls=":", lw=0.8)
+        axis.set(xlabel="fine-tuning step", ylabel="loss (nats / token)", title=f"{split} loss")
     figure.suptitle(title)
     figure.tight_layout()
     return figure
 
 
 # ---------------------------------------------------------------------------------------------------
-# Time per step
+# The trend: the entity-use gap over fine-tuning budgets
+# ---------------------------------------------------------------------------------------------------
+
+
+def trend_table(config: EntityStudyConfig) -> pd.DataFrame:
+    """One row per (model, seed, budget) of GPT2 and GPT2E: step, tokens, test_ppl (gold entities) and
+    test_ppl_no_entities (GPT2E; NaN for GPT2), from each run's kept checkpoints."""
+    rows = [{"model": name, "seed": seed, "step": budget["step"], "tokens": budget["tokens"],
+             "test_ppl": budget["test_ppl"], "test_ppl_no_entities": budget.get("test_ppl_no_entities", math.nan)}
+            for seed in config.seeds for name in MODELS for budget in finetune_run(config, name, seed)["budgets"]]
+    return pd.DataFrame(rows)
+
+
+def trend_gaps(trend: pd.DataFrame) -> pd.DataFrame:
+    """Per (step, tokens, seed): ``entity_gap`` = GPT2E's test ppl with gold entities minus with null ones
+    (negative: the entities help), ``model_gap`` = GPT2E's (gold) minus GPT2's (negative: GPT2E is better).
+    Paired by seed: one seed is the same batches for both models."""
+    gold = trend.pivot_table(index=["step", "tokens", "seed"], columns="model", values="test_ppl")
+    null = trend[trend["model"] == "GPT2E"].set_index(["step", "tokens", "seed"])["test_ppl_no_entities"]
+    return pd.DataFrame({"entity_gap": gold["GPT2E"] - null, "model_gap": gold["GPT2E"] - gold["GPT2"]}).reset_index()
+
+
+def plot_trend(trend: pd.DataFrame, title: str = ""):
+    """Three panels against fine-tuning tokens (log scale), mean over seeds with the seed std as error bars
+    and every seed as a dot: test perplexities; GPT2E gold minus null; GPT2E minus GPT2."""
+    import matplotlib.pyplot as plt
+
+    gaps = trend_gaps(trend)
+    figure, axes = plt.subplots(1, 3, figsize=(14, 3.8))
+    lines = {"GPT2": ("GPT2", "test_ppl", COLOURS["GPT2"], "-"),
+             "GPT2E (gold entities)": ("GPT2E", "test_ppl", COLOURS["GPT2E"], "-"),
+             "GPT2E (null entities)": ("GPT2E", "test_ppl_no_entities", COLOURS["GPT2E"], "--")}
+    for label, (model, column, colour, style) in lines.items():
+        part = trend[trend["model"] == model]
+        stats = part.groupby("tokens")[column].agg(["mean", "std"])
+        axes[0].errorbar(stats.index, stats["mean"], yerr=stats["std"], color=colour, ls=style, marker="o",
+                         capsize=3, label=label)
+    axes[0].set(ylabel="test perplexity (per sub-token)", title="GUM + LitBank test")
+    panels = {"entity_gap": (axes[1], "GPT2E: gold minus null entities", COLOURS["GPT2E"]),
+              "model_gap": (axes[2], "GPT2E (gold) minus GPT2", "tab:purple")}
+    for column, (axis, panel_title, colour) in panels.items():
+        stats = gaps.groupby("tokens")[column].agg(["mean", "std"])
+        axis.errorbar(stats.index, stats["mean"], yerr=stats["std"], color=colour, marker="o", capsize=3,
+                      label="mean ± std over seeds")
+        axis.scatter(gaps["tokens"], gaps[column], color=colour, alpha=0.35, s=14, label="one seed")
+        axis.axhline(0, color="black", lw=0.8)
+        axis.set(ylabel="perplexity difference (negative: better)", title=panel_title)
+    for axis in axes:
+        axis.set_xscale("log")
+        axis.set_xlabel("fine-tuning tokens")
+        axis.legend(fontsize=8)
+    figure.suptitle(title)
+    figure.tight_layout()
+    return figure
+
+
+# ---------------------------------------------------------------------------------------------------
+# Ablations
+# ---------------------------------------------------------------------------------------------------
+
+
+def ablation_runs(config: EntityStudyConfig) -> pd.DataFrame:
+    """One row per (model, seed) of GPT2E and each ablation, over ``ablation_seeds`` (best weights)."""
+    return _run_rows(config, ("GPT2E", *ABLATIONS), config.ablation_seeds)
+
+
+def ablation_table(runs: pd.DataFrame) -> pd.DataFrame:
+    """Per model of :func:`ablation_runs`: test ppl with gold and null entities, the entity gap (gold minus
+    null), and against GPT2E the per-seed paired difference of the gold test ppl with its verdict (the claim
+    "the variant lowers test perplexity", :func:`lmstudy.claims.verdict_of`)."""
+    runs = runs.assign(entity_gap=runs["test_ppl"] - runs["test_ppl_no_entities"])
+    reference = runs[runs["model"] == "GPT2E"].set_index("seed")["test_ppl"]
+    rows = []
+    for name in ("GPT2E", *ABLATIONS):
+        part = runs[runs["model"] == name].set_index("seed")
+        row = {"model": name, "change": ABLATIONS.get(name, "the paper's reading (reference)"),
+               "seeds": len(part), **{column: Spread.of(part[column]).format(2) for column in (
+                   "test_ppl", "test_ppl_no_entities", "entity_gap")}}
+        if name != "GPT2E":
+            advantage = Spread.of(reference - part["test_ppl"])  # paired by seed; positive: the variant is better
+            row.update(vs_gpt2e=advantage.format(2, sign=True), verdict=verdict_of(advantage))
+        rows.append(row)
+    return pd.DataFrame(rows).rename(columns={
+        "test_ppl": "test ppl (gold entities)", "test_ppl_no_entities": "test ppl (null entities)",
+        "entity_gap": "gold - null", "vs_gpt2e": "GPT2E - variant (gold)", "verdict": "variant lowers test ppl"})
+
+
+# ---------------------------------------------------------------------------------------------------
+# Time per step and FLOPs
 # ---------------------------------------------------------------------------------------------------
 
 
@@ -359,34 +522,42 @@ def compare_step_times(models: dict[str, torch.nn.Module], task: EntityLMTask, s
 
 
 def step_time_run(config: EntityStudyConfig) -> dict:
-    """Median seconds per training step of GPT2 and GPT2E at the study's sizes (cached: measured once)."""
-    run_config = {"stage": "step_time", **config.finetune_identity(), "timing_steps": config.timing_steps}
+    """Median seconds per training step of every variant at the study's sizes, measured side by side in one
+    run (cached: measured once), with the analytic training FLOPs per token of each. ``overhead_pct``: the
+    median per-step ratio to GPT2, minus one; ``flops_overhead_pct``: the same for FLOPs."""
+    run_config = {"stage": "step_time", **config.finetune_identity(), "models": list(VARIANTS),
+                  "timing_steps": config.timing_steps}
 
     def fn(run: Run) -> dict:
-        base, tokenizer = load_base(config)
+        base = load_base(config)
         device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-        docs = study_documents(config, tokenizer)
+        docs = study_documents(config, base.tokenizer)
         task = EntityLMTask(docs["train"], docs["valid"], batch_size=config.batch_size, seq_len=config.seq_len,
-                            pad_id=tokenizer.eos_token_id)
-        models = {name: initial_model(base, name, 0).to(device) for name in MODELS}
+                            pad_id=base.tokenizer.eos_token_id)
+        models = {name: initial_model(base.model, name, 0).to(device) for name in VARIANTS}
         times = compare_step_times(models, task, config.timing_steps, device=device)
-        gpt2, gpt2e = (statistics.median(times[name]) for name in MODELS)
-        ratio = statistics.median(e / g for e, g in zip(times["GPT2E"], times["GPT2"]))
-        return {"gpt2_seconds": gpt2, "gpt2e_seconds": gpt2e, "overhead_pct": 100 * (ratio - 1),
-                "steps": config.timing_steps, "threads": torch.get_num_threads(), "device": str(device)}
+        flops = {name: training_flops_per_token(model.config, config.seq_len) for name, model in models.items()}
+        return {"seconds": {name: statistics.median(values) for name, values in times.items()},
+                "overhead_pct": {name: 100 * (statistics.median(t / g for t, g in zip(values, times["GPT2"])) - 1)
+                                 for name, values in times.items()},
+                "flops_per_token": flops,
+                "flops_overhead_pct": {name: 100 * (value / flops["GPT2"] - 1) for name, value in flops.items()},
+                "steps": config.timing_steps, "threads": torch.get_num_threads(), "device": str(device),
+                "batch": [config.batch_size, config.seq_len]}
 
     return cached(STUDY, run_config, fn)
 
 
-def step_time_table(config: EntityStudyConfig) -> pd.DataFrame:
-    """Seconds per training step of GPT2 and GPT2E: ours (:func:`step_time_run`) beside the paper's."""
-    timing = step_time_run(config)
-    return pd.DataFrame([
-        {"source": "ours", "GPT2 s/step": timing["gpt2_seconds"], "GPT2E s/step": timing["gpt2e_seconds"],
-         "overhead %": timing["overhead_pct"], "where": f"{timing['device']}, {timing['threads']} thread(s)"},
-        {"source": "paper", "GPT2 s/step": 0.290, "GPT2E s/step": 0.298, "overhead %": 100 * (0.298 / 0.290 - 1),
-         "where": "Titan V, GPT-2 small, batch 1"},
-    ])
+def step_time_table(timing: dict) -> pd.DataFrame:
+    """Seconds per training step of every variant (:func:`step_time_run`) and the FLOP ratio beside the
+    measured one, then the paper's GPT2 / GPT2E."""
+    where = f"{timing['device']}, {timing['threads']} thread(s), batch {timing['batch'][0]} x {timing['batch'][1]}"
+    rows = [{"model": name, "s/step": seconds, "time overhead %": timing["overhead_pct"][name],
+             "FLOPs/token": timing["flops_per_token"][name], "FLOP overhead %": timing["flops_overhead_pct"][name],
+             "where": where} for name, seconds in timing["seconds"].items()]
+    rows += [{"model": f"paper {name}", "s/step": seconds, "time overhead %": 100 * (seconds / 0.290 - 1),
+              "where": "Titan V, GPT-2 small, batch 1"} for name, seconds in (("GPT2", 0.290), ("GPT2E", 0.298))]
+    return pd.DataFrame(rows)
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -492,17 +663,52 @@ def ner_table(config: EntityStudyConfig) -> pd.DataFrame:
 
 
 # ---------------------------------------------------------------------------------------------------
+# The model as a Hugging Face folder
+# ---------------------------------------------------------------------------------------------------
+
+EXPORT_FOLDER = "model"
+RUN_RECORD = "lmstudy_run.json"
+
+
+def export_model(config: EntityStudyConfig, name: str = "GPT2E", seed: int | None = None) -> Path:
+    """The best weights of ``name`` (seed: the first of ``seeds``) as a Hugging Face folder (cached run,
+    ``<run>/model``): ``save_pretrained`` (safetensors, float32, ``config.json`` of :class:`GPT2EConfig` with
+    the entity options), the tokenizer, and ``lmstudy_run.json`` (the fine-tuning config and metrics).
+    ``GPT2E.from_pretrained(path)`` reads it back."""
+    seed = config.seeds[0] if seed is None else seed
+    run_config = {"stage": "export", "model": name, "seed": seed, **config.finetune_identity()}
+
+    def fn(run: Run) -> dict:
+        model, tokenizer = finetuned_model(config, name, seed)
+        path = run.path / EXPORT_FOLDER
+        model.cpu().save_pretrained(str(path))
+        tokenizer.save_pretrained(str(path))
+        atomic_write_json(path / RUN_RECORD, {"study": STUDY, "model": name, "seed": seed,
+                                              "config": _finetune_config(config, name, seed),
+                                              "metrics": finetune_run(config, name, seed)})
+        return {"folder": EXPORT_FOLDER, "parameters": count_parameters(model)}
+
+    cached(STUDY, run_config, fn)
+    return get_run(STUDY, run_config).path / EXPORT_FOLDER
+
+
+# ---------------------------------------------------------------------------------------------------
 # Claims
 # ---------------------------------------------------------------------------------------------------
 
 
-def claims(runs: pd.DataFrame, timing: dict, similarity: pd.DataFrame, ner: pd.DataFrame) -> pd.DataFrame:
-    """Each of the paper's claims (claim, verdict, evidence), our numbers (mean ± std over seeds) as evidence.
+def claims(runs: pd.DataFrame, timing: dict, similarity: pd.DataFrame, ner: pd.DataFrame,
+           trend: pd.DataFrame | None = None) -> pd.DataFrame:
+    """Each of the paper's claims (claim, verdict, evidence), our numbers (mean ± std over seeds) as evidence,
+    then the trend's claims per budget with their direction.
 
     ``runs``: :func:`perplexity_runs`; ``timing``: :func:`step_time_run`; ``similarity``:
-    :func:`similarity_table`; ``ner``: :func:`ner_table`. A "GPT2E is better" claim is ``within noise`` when
-    the difference is within the larger seed std (:func:`lmstudy.claims.verdict_of`); "similar in-domain
-    perplexity" holds when the difference is within noise or below 2%; the time overhead is small under 10%.
+    :func:`similarity_table`; ``ner``: :func:`ner_table`; ``trend``: :func:`trend_table`. A "GPT2E is better"
+    claim is ``within noise`` when the difference is within the larger seed std (:func:`lmstudy.claims.verdict_of`);
+    "similar in-domain perplexity" holds when the difference is within noise or below 2%; the time overhead is
+    small under 10%. The trend's two claims, at each budget, on per-seed paired differences (one seed = the
+    same batches): GPT2E's test perplexity is lower with the gold entities than with null ones (the entity
+    layer uses them), and lower than GPT2's; the direction over budgets by :func:`lmstudy.claims.trend`.
     """
     rows: list[ClaimRow] = []
 
@@ -518,10 +724,10 @@ def claims(runs: pd.DataFrame, timing: dict, similarity: pd.DataFrame, ner: pd.D
     rows.append(ClaimRow("similar perplexity in-domain (coref test)", HOLDS if similar else DOES_NOT_HOLD,
                          evidence(test["GPT2"], test["GPT2E"], 2)))
     better("better LAMBADA perplexity", lambada["GPT2"], lambada["GPT2E"], "lower", 2)
-    overhead = timing["overhead_pct"]
+    overhead = timing["overhead_pct"]["GPT2E"]
     rows.append(ClaimRow("small time overhead (paper +2.7%)", HOLDS if overhead < 10 else DOES_NOT_HOLD,
-                         f"GPT2 {timing['gpt2_seconds']:.4f} s, GPT2E {timing['gpt2e_seconds']:.4f} s "
-                         f"({overhead:+.1f}%)"))
+                         f"GPT2 {timing['seconds']['GPT2']:.4f} s, GPT2E {timing['seconds']['GPT2E']:.4f} s "
+                         f"({overhead:+.1f}%; FLOPs {timing['flops_overhead_pct']['GPT2E']:+.1f}%)"))
     for group in ("NN*", "PRP*"):
         key = ("mention similarity", group)
         gpt2, gpt2e = (Spread(float(similarity["mean"].loc[key, setting]), float(similarity["std"].loc[key, setting]),
@@ -529,4 +735,30 @@ def claims(runs: pd.DataFrame, timing: dict, similarity: pd.DataFrame, ner: pd.D
         better(f"higher mention similarity ({group})", gpt2, gpt2e, "higher", 3)
     f1 = spreads(ner[ner["type"] == "overall"], "model", "f1")
     better("better NER F1 (paper +3 points)", f1["GPT2"], f1["GPT2E"], "higher", 3)
-    return claims_table(rows)
+    if trend is not None:
+        rows += trend_claims(trend)
+    table = claims_table(rows)
+    if "level" in table:
+        table["level"] = table["level"].astype("Int64")  # steps; blank for the claims without a level
+    return table
+
+
+def trend_claims(trend: pd.DataFrame) -> list[ClaimRow]:
+    """The trend's claim rows (see :func:`claims`), one per budget (level = fine-tuning steps)."""
+    gaps = trend_gaps(trend)
+    levels = sorted(int(step) for step in gaps["step"].unique())
+    by_level = {step: gaps[gaps["step"] == step] for step in levels}
+    gpt2e = trend[trend["model"] == "GPT2E"]
+    gpt2 = trend[trend["model"] == "GPT2"]
+
+    def at(frame: pd.DataFrame, step, column: str) -> str:
+        return Spread.of(frame[frame["step"] == step][column]).format(2)
+
+    entity_effects = [Spread.of(-by_level[step]["entity_gap"]) for step in levels]  # positive: entities help
+    entity_notes = [f"gold {at(gpt2e, s, 'test_ppl')}, null {at(gpt2e, s, 'test_ppl_no_entities')}" for s in levels]
+    model_effects = [Spread.of(-by_level[step]["model_gap"]) for step in levels]  # positive: GPT2E better
+    model_notes = [f"GPT2 {at(gpt2, s, 'test_ppl')}, GPT2E {at(gpt2e, s, 'test_ppl')}" for s in levels]
+    return [*trend_rows("GPT2E uses the entities: test ppl lower with gold than with null entities", levels,
+                        entity_effects, 2, entity_notes, dataset="GUM + LitBank test"),
+            *trend_rows("GPT2E has lower test ppl than GPT2 (gold entities)", levels, model_effects, 2, model_notes,
+                        dataset="GUM + LitBank test")]
