@@ -3,60 +3,89 @@
 This times one forward and backward pass of a batch of tokens (default 2,048) through
 
 - the dense ``Conv1D`` (``x @ W + b``) and
-- ``KroneckerLinear`` (two matmuls, never ``A ⊗ B``),
+- ``KroneckerLinear`` (``lmstudy.krony.model``: never ``A ⊗ B``),
 
-at two sizes:
+at three sizes:
 
 - ``gpt2 768->3072``: GPT-2 small's ``c_fc`` with every scheme of Krony-PT's Table 1 (A = the "Dimension"
   column, in the paper's (out, in) layout of ``c_fc``), one factor pair;
-- ``cpu 256->1024`` and ``cpu 1024->256``: ``c_fc`` and ``c_proj`` of the cpu-scale Krony study's 4x256 GPT-2,
-  with the study's size classes (``lmstudy.krony.study.class_a_shape``; ``c_proj`` uses A transposed,
-  as ``compress`` does) and the Table 6 variant (67M shapes, 4 factors + scalars).
+- ``ours 192->768`` and ``ours 768->192``: ``c_fc`` and ``c_proj`` of the shared base (a 3x192 GPT-2, MLP 768)
+  with the Krony study's size classes (``lmstudy.krony.study.class_a_shape``; ``c_proj`` uses A transposed, as
+  ``compress`` does) and the Table 6 variants of the 67M class (4 factors, with and without scalars).
 
 The input requires a gradient (as inside a network), so backward computes the input gradient and the factor
-gradients. Times are the median of ``--repeats`` runs after
-``--warmup`` runs; dense and factored runs alternate so that load from other processes hits both alike,
-and the speed-up is the median of the per-pair ratios dense / factored.
+gradients. Times are the median of ``--repeats`` runs after ``--warmup`` runs; the layers alternate so that
+load from other processes hits all alike, and a speed-up is the median of the per-round ratios dense / other.
+``--clock cpu`` measures the process's CPU time instead of elapsed time: on a machine shared with other jobs
+the elapsed time of a one-thread run includes waiting for a core, its CPU time does not (memory bandwidth and
+caches are still shared). ``--previous`` also times the layer's forward as it was before issue 20 (the reference that
+``tests/test_kronecker.py`` pins the layer to), for a before / after table from one run.
 
 The FLOP ratio is dense multiply-adds over factored multiply-adds per token for the forward pass (the
 backward pass of a chain of matmuls costs twice its forward for both layers, so the ratio is the same).
-A speed-up below the FLOP ratio is overhead: small matmuls, permute copies, the bias add.
+The goal (issue 20): a speed-up of at least half the FLOP ratio for every scheme whose factors are at least
+8 wide (every side of A and B >= 8); the ``goal`` column says ``met`` / ``NOT met``, or ``-`` where a factor
+is narrower. A speed-up below the FLOP ratio is overhead: small matmuls, memory passes, the bias add.
 
-    python benchmarks/bench_kronecker.py                  # both sizes, CPU, 1 thread, 2048 tokens
-    python benchmarks/bench_kronecker.py --size "cpu 256->1024" --threads 2
+    python benchmarks/bench_kronecker.py                  # all sizes, CPU, 1 thread, 2048 tokens
+    python benchmarks/bench_kronecker.py --size "ours 192->768" --previous
     python benchmarks/bench_kronecker.py --device cuda --tokens 8192
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import os
 import statistics
 import time
+from pathlib import Path
 
 import torch
 from transformers.pytorch_utils import Conv1D
 
-from lmstudy.krony.table import PAPER_TABLE_1
 from lmstudy.krony.model import KroneckerConfig, KroneckerLinear, partner_shape
 from lmstudy.krony.study import CLASSES, class_a_shape
+from lmstudy.krony.table import PAPER_TABLE_1
 
 GPT2_C_FC = (3072, 768)  # (out, in)
-CPU_EMBD = 256  # the cpu preset's n_embd (lmstudy/scales.py, 03_kronecker)
+OUR_EMBD = 192  # the shared base's n_embd (lmstudy/scales.py, base preset "cpu": 3x192, MLP 4 * 192)
+GOAL_MIN_SIDE = 8  # the goal covers schemes whose factors are at least this wide on every side
+TESTS = Path(__file__).resolve().parent.parent / "tests"
 
 Scheme = tuple[tuple[int, int], int, bool]  # (A shape, factors, scalars)
 
 
 def sizes() -> dict[str, tuple[tuple[int, int], list[Scheme]]]:
-    """Size name -> ((out, in), schemes): Table 1 at GPT-2 small dims; the study's classes at cpu dims."""
+    """Size name -> ((out, in), schemes): Table 1 at GPT-2 small dims; the study's classes at the base's dims."""
     table = [(dimension, 1, False) for _, dimension, _, _ in PAPER_TABLE_1]
-    cpu_fc = [(class_a_shape(name, CPU_EMBD), 1, False) for name in CLASSES] + [(class_a_shape("67M", CPU_EMBD), 4, True)]
-    cpu_proj = [(KroneckerConfig(a_shape).a_shape_for("c_proj"), f, s) for a_shape, f, s in cpu_fc]
+    tiny = class_a_shape("67M", OUR_EMBD)
+    ours_fc = [(class_a_shape(name, OUR_EMBD), 1, False) for name in CLASSES] + [(tiny, 4, False), (tiny, 4, True)]
+    ours_proj = [(KroneckerConfig(a_shape).a_shape_for("c_proj"), f, s) for a_shape, f, s in ours_fc]
     return {
         "gpt2 768->3072": (GPT2_C_FC, table),
-        "cpu 256->1024": ((4 * CPU_EMBD, CPU_EMBD), cpu_fc),
-        "cpu 1024->256": ((CPU_EMBD, 4 * CPU_EMBD), cpu_proj),
+        f"ours {OUR_EMBD}->{4 * OUR_EMBD}": ((4 * OUR_EMBD, OUR_EMBD), ours_fc),
+        f"ours {4 * OUR_EMBD}->{OUR_EMBD}": ((OUR_EMBD, 4 * OUR_EMBD), ours_proj),
     }
+
+
+def previous_forward():
+    """The layer's forward before issue 20, ``f(layer, x)``, read from ``tests/test_kronecker.py`` (its one copy)."""
+    spec = importlib.util.spec_from_file_location("test_kronecker", TESTS / "test_kronecker.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.previous_forward
+
+
+class _Previous(torch.nn.Module):
+    """``layer`` computed with the pre-issue-20 forward (same parameters)."""
+
+    def __init__(self, layer: KroneckerLinear, forward) -> None:
+        super().__init__()
+        self.layer, self.previous = layer, forward
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.previous(self.layer, x)
 
 
 def _synchronize(device: torch.device) -> None:
@@ -64,86 +93,115 @@ def _synchronize(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def time_forward_backward(layer: torch.nn.Module, x: torch.Tensor, grad: torch.Tensor) -> float:
+CLOCKS = {"wall": time.perf_counter, "cpu": time.process_time}
+
+
+def time_forward_backward(layer: torch.nn.Module, x: torch.Tensor, grad: torch.Tensor, clock=time.perf_counter) -> float:
     """Seconds for one forward + backward pass (gradients cleared first, not timed)."""
     layer.zero_grad(set_to_none=True)
     x.grad = None
     _synchronize(x.device)
-    start = time.perf_counter()
+    start = clock()
     layer(x).backward(grad)
     _synchronize(x.device)
-    return time.perf_counter() - start
+    return clock() - start
+
+
+def goal_status(a_shape, b_shape, flop_ratio: float, speedup: float) -> str:
+    """``met`` / ``NOT met`` against half the FLOP ratio, or ``-`` when a factor side is below 8."""
+    if min(*a_shape, *b_shape) < GOAL_MIN_SIDE:
+        return "-"
+    return "met" if speedup >= flop_ratio / 2 else "NOT met"
 
 
 def benchmark_scheme(
     shape: tuple[int, int], scheme: Scheme, tokens: int, repeats: int, warmup: int, device: torch.device,
+    previous=None, clock=time.perf_counter,
 ) -> dict:
-    """Median forward+backward times of the dense and the factored layer for one scheme."""
+    """Median forward+backward times of the dense and the factored layer (and the previous forward) for one scheme."""
     out_features, in_features = shape
     a_shape, n_factors, scalars = scheme
     generator = torch.Generator(device=device).manual_seed(0)
     dense = Conv1D(out_features, in_features).to(device)
     factored = KroneckerLinear.from_conv1d(dense, a_shape, n_factors, scalars, init="random", generator=generator)
+    layers = {"dense": dense, "kron": factored}
+    if previous is not None:
+        layers["previous"] = _Previous(factored, previous)
     x = torch.randn(tokens, in_features, device=device, generator=generator, requires_grad=True)
     grad = torch.randn(tokens, out_features, device=device, generator=generator)
-    dense_times, factored_times = [], []
+    times = {name: [] for name in layers}
     for run in range(warmup + repeats):
-        dense_time = time_forward_backward(dense, x, grad)
-        factored_time = time_forward_backward(factored, x, grad)
-        if run >= warmup:
-            dense_times.append(dense_time)
-            factored_times.append(factored_time)
-    dense_ms, factored_ms = 1e3 * statistics.median(dense_times), 1e3 * statistics.median(factored_times)
+        for name, layer in layers.items():
+            elapsed = time_forward_backward(layer, x, grad, clock)
+            if run >= warmup:
+                times[name].append(elapsed)
+    flop_ratio = in_features * out_features / factored.multiply_adds_per_token()
+    # Median of the paired ratios: each round ran back to back, so slow drifts in load cancel.
+    speedups = {name: statistics.median(d / t for d, t in zip(times["dense"], times[name])) for name in layers}
+    b_shape = partner_shape(shape, a_shape)
     return {
         "a_shape": a_shape,
-        "b_shape": partner_shape(shape, a_shape),
+        "b_shape": b_shape,
         "factors": n_factors if not scalars else f"{n_factors}+s",
-        "order": "A first" if factored.a_first else "B first",
-        "flop_ratio": in_features * out_features / factored.multiply_adds_per_token(),
-        "dense_ms": dense_ms,
-        "factored_ms": factored_ms,
-        # Median of the paired ratios: each pair ran back to back, so slow drifts in load cancel.
-        "speedup": statistics.median(d / f for d, f in zip(dense_times, factored_times)),
+        "flop_ratio": flop_ratio,
+        "ms": {name: 1e3 * statistics.median(values) for name, values in times.items()},
+        "speedup": speedups["kron"],
+        "previous_speedup": speedups.get("previous"),
+        "goal": goal_status(a_shape, b_shape, flop_ratio, speedups["kron"]),
     }
 
 
 def format_rows(size: str, rows: list[dict]) -> str:
-    header = (f"{'size':<16} {'A':<12} {'B':<9} {'factors':<7} {'order':<8} {'FLOP ratio':>10} {'dense ms':>9} "
-              f"{'kron ms':>9} {'speed-up':>9}")
+    """One size's rows as a text table."""
+    previous = rows[0]["previous_speedup"] is not None
+    header = f"{'size':<16} {'A':<12} {'B':<9} {'factors':<7} {'FLOP ratio':>10} {'dense ms':>9} "
+    header += f"{'before ms':>9} {'before':>7} " if previous else ""
+    header += f"{'kron ms':>9} {'speed-up':>9} {'goal':>8}"
     lines = [header, "-" * len(header)]
     for row in rows:
-        lines.append(
-            f"{size:<16} {str(row['a_shape']):<12} {str(row['b_shape']):<9} {str(row['factors']):<7} {row['order']:<8} "
-            f"{row['flop_ratio']:>10.1f} {row['dense_ms']:>9.2f} {row['factored_ms']:>9.2f} {row['speedup']:>9.2f}"
-        )
+        line = (f"{size:<16} {str(row['a_shape']):<12} {str(row['b_shape']):<9} {str(row['factors']):<7} "
+                f"{row['flop_ratio']:>10.1f} {row['ms']['dense']:>9.2f} ")
+        if previous:
+            line += f"{row['ms']['previous']:>9.2f} {row['previous_speedup']:>7.2f} "
+        line += f"{row['ms']['kron']:>9.2f} {row['speedup']:>9.2f} {row['goal']:>8}"
+        lines.append(line)
     return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Time every scheme of the chosen sizes and print one table per size."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--tokens", type=int, default=2048, help="tokens per batch (default 2048)")
     parser.add_argument("--repeats", type=int, default=7, help="timed runs per layer (median reported)")
     parser.add_argument("--warmup", type=int, default=2, help="untimed runs first")
     parser.add_argument("--device", default="cpu", help="cpu or cuda")
-    parser.add_argument("--threads", type=int, default=1, help="torch CPU threads (default 1, as the cpu study)")
+    parser.add_argument("--threads", type=int, default=1, help="torch CPU threads (default 1)")
     parser.add_argument("--size", choices=list(sizes()), action="append", help="only these sizes (repeatable)")
+    parser.add_argument("--previous", action="store_true", help="also time the forward from before issue 20")
+    parser.add_argument("--clock", choices=list(CLOCKS), default="wall",
+                        help="wall: elapsed time (default); cpu: this process's CPU time, which other jobs on a "
+                             "shared machine do not inflate (meaningful with one thread on the CPU)")
     args = parser.parse_args(argv)
 
     device = torch.device(args.device)
     if device.type == "cpu":
         torch.set_num_threads(min(args.threads, len(os.sched_getaffinity(0))))
+    previous = previous_forward() if args.previous else None
     print(
         f"torch {torch.__version__}, device {device}, threads {torch.get_num_threads()}, "
-        f"{args.tokens} tokens, median of {args.repeats} after {args.warmup} warm-up, forward + backward"
+        f"{args.tokens} tokens, median of {args.repeats} after {args.warmup} warm-up, forward + backward, "
+        f"{args.clock} clock, load average {os.getloadavg()[0]:.2f}"
     )
     with torch.no_grad():
         torch.zeros(1, device=device)  # initialise the device before timing
     for size, (shape, schemes) in sizes().items():
         if args.size and size not in args.size:
             continue
-        rows = [benchmark_scheme(shape, scheme, args.tokens, args.repeats, args.warmup, device) for scheme in schemes]
+        rows = [benchmark_scheme(shape, scheme, args.tokens, args.repeats, args.warmup, device, previous,
+                                 CLOCKS[args.clock]) for scheme in schemes]
         print()
-        print(format_rows(size, rows))
+        print(format_rows(size, rows), flush=True)
+    print(f"\nload average at the end: {os.getloadavg()[0]:.2f}")
     return 0
 
 

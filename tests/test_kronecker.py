@@ -41,6 +41,28 @@ def kron_sum(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     return sum(torch.kron(a_f, b_f) for a_f, b_f in zip(a, b))
 
 
+def previous_forward(layer: KroneckerLinear, x: torch.Tensor) -> torch.Tensor:
+    """The layer's forward before issue 20 (two plain matmuls with permute copies), kept as the reference.
+
+    The faster layer must compute the same numbers; ``benchmarks/bench_kronecker.py --previous`` times this
+    copy for the before / after table. Do not "improve" it.
+    """
+    (p, q), (r, t) = layer.a_shape, layer.b_shape
+    f = layer.n_factors
+    a, b = layer.scaled_a_factors(), layer.b_factors  # (f, p, q), (f, r, t)
+    x_matrix = x.reshape(-1, q, t)  # (N, q, t)
+    n = x_matrix.size(0)
+    if p * t * (q + r) <= q * r * (t + p):  # A first
+        z = x_matrix.transpose(1, 2).reshape(n * t, q) @ a.reshape(f * p, q).T  # (N*t, f*p)
+        z = z.reshape(n, t * f, p).transpose(1, 2)  # (N, p, t*f)
+        y = z @ b.permute(2, 0, 1).reshape(t * f, r)  # (N, p, r)
+    else:  # B first
+        w = x_matrix.reshape(n * q, t) @ b.reshape(f * r, t).T  # (N*q, f*r)
+        w = w.reshape(n, q * f, r).transpose(1, 2)  # (N, r, q*f)
+        y = (w @ a.permute(2, 0, 1).reshape(q * f, p)).transpose(1, 2)  # (N, p, r)
+    return y.reshape(*x.shape[:-1], layer.out_features) + layer.bias
+
+
 # ------------------------------------------------------------------------------------------ Van Loan
 
 
@@ -143,7 +165,8 @@ def test_prune_with_extra_factors_keeps_the_pruned_function():
 @pytest.mark.parametrize("n_factors", [1, 2, 5])
 @pytest.mark.parametrize("scalars", [False, True])
 @pytest.mark.parametrize("a_first", [True, False])
-def test_factored_forward_equals_the_dense_weight(n_factors, scalars, a_first):
+@pytest.mark.parametrize("per_token", [True, False])
+def test_factored_forward_equals_the_dense_weight(n_factors, scalars, a_first, per_token):
     conv = Conv1D(24, 20)
     with torch.no_grad():
         conv.bias.normal_()
@@ -152,7 +175,7 @@ def test_factored_forward_equals_the_dense_weight(n_factors, scalars, a_first):
     if scalars:
         with torch.no_grad():
             layer.scalars.normal_(generator=generator)
-    layer.a_first = a_first  # exercise both contraction orders
+    layer.a_first, layer.per_token = a_first, per_token  # exercise all four plans
     x = torch.randn(3, 7, 20, generator=generator)
     dense = layer.to_dense_weight()  # (in, out)
     assert dense.shape == (20, 24)
@@ -177,20 +200,65 @@ class _RecordOps(TorchDispatchMode):
 
 
 @pytest.mark.parametrize("a_shape, a_first", [((8, 16), True), ((8, 2), False)])  # both contraction orders
-def test_forward_never_builds_the_kronecker_product(a_shape, a_first):
+@pytest.mark.parametrize("per_token", [True, False])
+def test_forward_never_builds_the_kronecker_product(a_shape, a_first, per_token):
     layer = KroneckerLinear.from_conv1d(Conv1D(128, 64), a_shape, n_factors=2, init="random")
     assert layer.a_first == a_first
+    layer.per_token = per_token
     x = torch.randn(3, 64)
     with _RecordOps() as recorder:
         layer(x)
     assert recorder.ops, "no ops recorded"
     assert not any("kron" in name for name, _ in recorder.ops)
-    # Nothing bigger than a factor or an activation: far below in * out = 8192.
+    # Nothing bigger than a factor or an activation: far below in * out = 8192. (An expand is a view: its size
+    # is not memory, and the per-token plans expand A over the tokens.)
+    sizes = [size for name, size in recorder.ops if "expand" not in name]
     (p, q), (r, t) = layer.a_shape, layer.b_shape
     intermediate = layer.n_factors * (p * t if a_first else q * r)  # per token: A X or X Bᵀ
     allowed = max(layer.a_factors.numel(), layer.b_factors.numel(), 3 * max(intermediate, 128))
     assert allowed <= 64 * 128 // 4
-    assert max(size for _, size in recorder.ops) <= allowed
+    assert max(sizes) <= allowed
+
+
+# (out, in), A: GPT-2 small schemes (rows of Table 1, small batches), the shared base's classes (192 -> 768 and
+# back), B = (2, 1) / (4, 1) / (1, 2) / (1, 4), and odd shapes where one side of a factor is 1.
+_REFERENCE_SCHEMES = [
+    ((3072, 768), (64, 32)), ((3072, 768), (96, 96)), ((3072, 768), (256, 64)), ((3072, 768), (1536, 768)),
+    ((768, 192), (24, 12)), ((192, 768), (12, 24)), ((768, 192), (384, 192)), ((192, 768), (192, 384)),
+    ((768, 192), (192, 192)), ((192, 768), (192, 192)), ((24, 20), (4, 5)), ((24, 20), (1, 20)), ((24, 20), (24, 1)),
+]
+
+
+@pytest.mark.parametrize("shape, a_shape", _REFERENCE_SCHEMES)
+@pytest.mark.parametrize("n_factors, scalars", [(1, False), (2, True), (4, False), (4, True)])
+@pytest.mark.parametrize("plan", ["chosen", "A first, GEMM", "A first, per token", "B first, GEMM", "B first, per token"])
+def test_forward_and_gradients_equal_the_previous_implementation(shape, a_shape, n_factors, scalars, plan):
+    """Same output and same gradients (input, factors, scalars, bias) as the pre-issue-20 forward, in every plan."""
+    out_features, in_features = shape
+    generator = torch.Generator().manual_seed(sum(a_shape) + n_factors)
+    layer = KroneckerLinear(in_features, out_features, a_shape, n_factors, scalars)
+    if plan != "chosen":
+        layer.a_first, layer.per_token = plan.startswith("A"), plan.endswith("per token")
+    with torch.no_grad():
+        layer.bias.normal_(generator=generator)
+        if scalars:
+            layer.scalars.normal_(generator=generator)
+    x = torch.randn(2, 5, in_features, generator=generator)  # (batch, seq, in): a 3-D input as in GPT-2
+    grad = torch.randn(2, 5, out_features, generator=generator)
+    results = []
+    for forward in (lambda x: layer(x), lambda x: previous_forward(layer, x)):
+        layer.zero_grad(set_to_none=True)
+        x_leaf = x.clone().requires_grad_()
+        y = forward(x_leaf)
+        y.backward(grad)
+        named = {"y": y, "x": x_leaf.grad, **{name: p.grad for name, p in layer.named_parameters()}}
+        results.append({name: value.detach().clone() for name, value in named.items()})
+    new, old = results
+    assert new.keys() == old.keys()
+    for name in new:
+        scale = old[name].abs().max().item() + 1e-12
+        assert new[name].shape == old[name].shape, name
+        assert torch.allclose(new[name], old[name], rtol=1e-4, atol=1e-5 * scale), name
 
 
 def test_the_cheaper_contraction_order_is_chosen():

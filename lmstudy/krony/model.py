@@ -79,6 +79,7 @@ from transformers import GPT2Config, GPT2LMHeadModel
 from transformers.pytorch_utils import Conv1D
 
 INITS = ("van_loan", "prune", "random")
+PER_TOKEN_MIN_WIDTH = 24  # KroneckerLinear.per_token: see the module docstring, "Speed"
 MLP_MATRICES = ("c_fc", "c_proj")
 
 Shape = tuple[int, int]
@@ -240,8 +241,11 @@ class KroneckerLinear(nn.Module):
         self.b_factors = nn.Parameter(b)  # (n_factors, r, t)
         self.scalars = nn.Parameter(torch.ones(n_factors)) if scalars else None
         self.bias = nn.Parameter(torch.zeros(out_features))
-        # The cheaper contraction order is fixed by the shapes (see the module docstring).
+        # The cheaper contraction order and the plan are fixed by the shapes (see the module docstring).
         self.a_first = p * t * (q + r) <= q * r * (t + p)
+        # Per-token batched matmuls pay off when each token's product is wide enough for the BLAS kernels:
+        # its output width is t (A first: A X_n is (p, t)) or r (B first: A W_n is (p, r)).
+        self.per_token = (t if self.a_first else r) >= PER_TOKEN_MIN_WIDTH
 
     @classmethod
     def from_conv1d(
@@ -282,26 +286,62 @@ class KroneckerLinear(nn.Module):
         return self.a_factors * self.scalars[:, None, None]
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        # Two plain matmuls (one large GEMM over all tokens, then a small contraction over the factors).
-        # torch.einsum turned the second step into broadcast mul + sum when B is tiny (B = (2, 1): the 96M
-        # class), 1.5x slower than this on CPU (benchmarks/bench_kronecker.py).
-        (p, q), (r, t) = self.a_shape, self.b_shape  # in = q * t, out = p * r
-        f = self.n_factors
+        """``x (..., in) -> (..., out)``: two contractions in the order and plan fixed at construction."""
         a, b = self.scaled_a_factors(), self.b_factors  # (f, p, q), (f, r, t)
-        x_matrix = x.reshape(-1, q, t)  # (..., in) -> (N, q, t), x[j*t + l] = X[j, l]
-        n = x_matrix.size(0)
+        x_matrix = x.reshape(-1, self.a_shape[1], self.b_shape[1])  # (..., in) -> (N, q, t), x[j*t + l] = X[j, l]
         if self.a_first:
-            # A X for every factor: rows (token, l), columns (factor, i), summed over j.
-            z = x_matrix.transpose(1, 2).reshape(n * t, q) @ a.reshape(f * p, q).T  # (N*t, f*p)
-            z = z.reshape(n, t * f, p).transpose(1, 2)  # (N, p, t*f): column (l, factor)
-            y = z @ b.permute(2, 0, 1).reshape(t * f, r)  # (A X) Bᵀ summed over factors: (N, p, r)
+            plan = self._a_first_per_token if self.per_token else self._a_first_gemm
         else:
-            # X Bᵀ for every factor: rows (token, j), columns (factor, k), summed over l.
-            w = x_matrix.reshape(n * q, t) @ b.reshape(f * r, t).T  # (N*q, f*r)
-            w = w.reshape(n, q * f, r).transpose(1, 2)  # (N, r, q*f): column (j, factor)
-            y = (w @ a.permute(2, 0, 1).reshape(q * f, p)).transpose(1, 2)  # A (X Bᵀ) summed: (N, p, r)
-        y = y.reshape(*x.shape[:-1], self.out_features)  # (N, p, r) -> (..., out), y[i*r + k] = Y[i, k]
-        return y + self.bias
+            plan = self._b_first_per_token if self.per_token else self._b_first_gemm
+        y = plan(x_matrix, a, b)  # (N, p*r), bias included, y[i*r + k] = Y[i, k]
+        return y.view(*x.shape[:-1], self.out_features)
+
+    def _a_first_gemm(self, x: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        """(A X) Bᵀ as two big GEMMs; copies the input (transposed) and the intermediate, never the output."""
+        (f, p, q), (_, r, t), n = a.shape, b.shape, x.size(0)
+        x_t = x.transpose(1, 2).reshape(n * t, q)  # copy (free when t = 1): rows (token, l), columns j
+        z = x_t @ a.reshape(f * p, q).T  # A_f X for every factor: (N*t, f*p), rows (token, l), columns (f, i)
+        z = z.view(n, t * f, p).transpose(1, 2).reshape(n, p, t * f)  # copy (free when t*f = 1): (N, p, (l, f))
+        y = torch.matmul(z, b.permute(2, 0, 1).reshape(t * f, r))  # one GEMM summed over (l, f): (N, p, r)
+        return self._add_bias(y)
+
+    def _a_first_per_token(self, x: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        """A X_n as one batched matmul over tokens, then (A X) Bᵀ as one GEMM: no copies at all."""
+        (f, p, q), (_, r, t), n = a.shape, b.shape, x.size(0)
+        a_tall = a.transpose(0, 1).reshape(p * f, q)  # A_f stacked with rows (i, f), so that A X_n comes out
+        z = torch.bmm(a_tall.expand(n, p * f, q), x)  # as (N, p*f, t) = (N, p, (f, l)) with no copy; expand: a view
+        y = torch.matmul(z.view(n, p, f * t), b.transpose(1, 2).reshape(f * t, r))  # one GEMM over (f, l): (N, p, r)
+        return self._add_bias(y)
+
+    def _b_first_gemm(self, x: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        """A (X Bᵀ) as two big GEMMs; copies the intermediate and the output (together with the bias add)."""
+        (f, p, q), (_, r, t), n = a.shape, b.shape, x.size(0)
+        w = x.reshape(n * q, t) @ b.reshape(f * r, t).T  # X B_fᵀ for every factor: (N*q, f*r), rows (token, j)
+        w = w.view(n, q * f, r).transpose(1, 2).reshape(n * r, q * f)  # copy (free when r = 1): rows (token, k)
+        y = w @ a.permute(2, 0, 1).reshape(q * f, p)  # summed over (j, f): (N*r, p), rows (token, k), columns i
+        # The transpose back to (token, i, k) and the bias add in one pass: with the contiguous bias as the first
+        # operand the sum comes out contiguous (the .view in forward would fail otherwise, never copy silently).
+        y = self.bias.view(p, r) + y.view(n, r, p).transpose(1, 2)  # (N, p, r), contiguous
+        return y.view(n, p * r)
+
+    def _b_first_per_token(self, x: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        """X Bᵀ as one GEMM (no input copy), then A (X Bᵀ) as one batched matmul over tokens: no copies at all."""
+        (f, p, q), (_, r, t), n = a.shape, b.shape, x.size(0)
+        w = x.reshape(n * q, t) @ b.reshape(f * r, t).T  # (N*q, f*r), rows (token, j), columns (f, k)
+        w = w.view(n, q * f, r)  # per token the (q*f, r) matrix with rows (j, f)
+        a_wide = a.permute(1, 2, 0).reshape(p, q * f)  # [A_1 .. A_f] interleaved to match: columns (j, f)
+        y = torch.bmm(a_wide.expand(n, p, q * f), w)  # summed over (j, f): (N, p, r); expand is a view
+        return self._add_bias(y)
+
+    def _add_bias(self, y: torch.Tensor) -> torch.Tensor:
+        """``y (N, p, r) + bias`` in place, as ``(N, p*r)``: no second output-sized tensor.
+
+        ``y`` must be a fresh matmul result, not a view: an in-place add on a view makes autograd copy the
+        whole gradient again in backward (``CopySlices``). ``torch.matmul`` of a 3-D by a 2-D tensor folds into
+        one GEMM and returns a non-view, as ``torch.bmm`` does.
+        """
+        y += self.bias.view(y.shape[1:])
+        return y.view(y.size(0), -1)
 
     def to_dense_weight(self) -> torch.Tensor:
         """The folded weight ``sum_f s_f A_f ⊗ B_f`` in Hugging Face ``Conv1D`` layout ``(in, out)``."""
@@ -315,7 +355,7 @@ class KroneckerLinear(nn.Module):
         return self.n_factors * (p * t * (q + r) if self.a_first else q * r * (t + p))
 
     def extra_repr(self) -> str:
-        order = "A first" if self.a_first else "B first"
+        order = ("A first" if self.a_first else "B first") + (", per token" if self.per_token else ", GEMM")
         return (
             f"in={self.in_features}, out={self.out_features}, A={self.a_shape}, B={self.b_shape}, "
             f"factors={self.n_factors}, scalars={self.scalars is not None}, order={order}"
