@@ -17,7 +17,8 @@ Timed, batch 1, in eval mode under ``torch.no_grad``:
 - ``generate tok/s``: new tokens per second of greedy decoding with the KV cache (``model.generate``),
   ``--new-tokens`` after a ``--prompt``-token prompt, every token forced (``min_new_tokens``).
 
-Also listed: ``parameters`` (unique, tied embeddings once) and ``weights MB`` (the exported safetensors file).
+``--clock cpu`` times the process's CPU time instead of elapsed time (on a machine shared with other jobs a
+one-thread run's elapsed time includes waiting for a core). Also listed: ``parameters`` (unique, tied embeddings once) and ``weights MB`` (the exported safetensors file).
 Models run interleaved, one repeat of each in turn, so that load from other processes hits all alike; times
 are medians after one warm-up round, and ``speed-up`` is the median of the per-repeat ratios base / model.
 
@@ -99,32 +100,38 @@ def build_models(base: GPT2LMHeadModel, tokenizer, folder: Path) -> dict[str, di
     return models
 
 
+CLOCKS = {"wall": time.perf_counter, "cpu": time.process_time}
+
+
 @torch.no_grad()
-def time_score(model: GPT2LMHeadModel, ids: torch.Tensor) -> float:
+def time_score(model: GPT2LMHeadModel, ids: torch.Tensor, clock=time.perf_counter) -> float:
     """Seconds for one forward pass over ``ids`` (1, seq_len)."""
-    start = time.perf_counter()
+    start = clock()
     model(input_ids=ids)
-    return time.perf_counter() - start
+    return clock() - start
 
 
 @torch.no_grad()
-def time_generate(model: GPT2LMHeadModel, prompt: torch.Tensor, new_tokens: int) -> float:
+def time_generate(model: GPT2LMHeadModel, prompt: torch.Tensor, new_tokens: int, clock=time.perf_counter) -> float:
     """Seconds for greedy generation of exactly ``new_tokens`` tokens after ``prompt`` with the KV cache."""
-    start = time.perf_counter()
+    start = clock()
     out = model.generate(prompt, max_new_tokens=new_tokens, min_new_tokens=new_tokens, do_sample=False,
                          use_cache=True, pad_token_id=0)
-    elapsed = time.perf_counter() - start
+    elapsed = clock() - start
     assert out.size(1) == prompt.size(1) + new_tokens
     return elapsed
 
 
-def measure(models: dict[str, dict], ids: torch.Tensor, prompt: torch.Tensor, new_tokens: int, repeats: int) -> list[dict]:
+def measure(
+    models: dict[str, dict], ids: torch.Tensor, prompt: torch.Tensor, new_tokens: int, repeats: int,
+    clock=time.perf_counter,
+) -> list[dict]:
     """Interleaved repeats of scoring and generation for every model; one result row per model."""
     score = {name: [] for name in models}
     generate = {name: [] for name in models}
     for repeat in range(repeats + 1):
         for name, entry in models.items():
-            s, g = time_score(entry["model"], ids), time_generate(entry["model"], prompt, new_tokens)
+            s, g = time_score(entry["model"], ids, clock), time_generate(entry["model"], prompt, new_tokens, clock)
             if repeat:  # the first round warms up
                 score[name].append(s)
                 generate[name].append(g)
@@ -165,6 +172,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--new-tokens", type=int, default=64, help="greedy tokens generated (default 64)")
     parser.add_argument("--repeats", type=int, default=7, help="timed repeats per model (median reported)")
     parser.add_argument("--threads", type=int, default=1, help="torch threads (default 1)")
+    parser.add_argument("--clock", choices=list(CLOCKS), default="wall",
+                        help="wall: elapsed time (default); cpu: this process's CPU time, not inflated by other jobs "
+                             "on a shared machine (meaningful with one thread)")
     parser.add_argument("--out", type=Path, help="also write the rows to this CSV (e.g. figures/03_krony_inference.csv)")
     args = parser.parse_args(argv)
 
@@ -181,8 +191,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"torch {torch.__version__}, transformers {transformers.__version__}, threads {torch.get_num_threads()}; "
               f"{source}: {base.config.n_layer}x{base.config.n_embd}, vocab {base.config.vocab_size}; "
               f"score 1 x {seq_len} tokens, generate {args.new_tokens} after {args.prompt} (batch 1, KV cache); "
-              f"median of {args.repeats} after 1 warm-up, interleaved; load average {load_before:.2f}")
-        rows = measure(models, ids, prompt, args.new_tokens, args.repeats)
+              f"median of {args.repeats} after 1 warm-up, interleaved, {args.clock} clock; "
+              f"load average {load_before:.2f}")
+        rows = measure(models, ids, prompt, args.new_tokens, args.repeats, CLOCKS[args.clock])
     load_after = os.getloadavg()[0]
     print()
     print(format_rows(rows))
@@ -190,7 +201,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         extra = dict(source=source, seq_len=seq_len, prompt=args.prompt, new_tokens=args.new_tokens,
-                     repeats=args.repeats, threads=torch.get_num_threads(), torch=torch.__version__,
+                     repeats=args.repeats, clock=args.clock, threads=torch.get_num_threads(), torch=torch.__version__,
                      load_avg_1m=f"{max(load_before, load_after):.2f}")
         with open(args.out, "w", newline="", encoding="utf-8") as handle:
             writer = csv.DictWriter(handle, fieldnames=[*rows[0], *extra])

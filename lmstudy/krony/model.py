@@ -34,6 +34,44 @@ happens inside the second contraction, and each scalar ``s_f`` is folded into ``
 size of ``A``), as the paper suggests. ``A ⊗ B`` is never materialised in ``forward``; only
 ``to_dense_weight()`` builds it, for export.
 
+Speed: four plans (issue 20)
+----------------------------
+The memory layout decides the speed as much as the FLOPs. The tokens' ``X`` arrive as ``(N, q, t)`` and
+``Y`` must leave as ``(N, p, r)`` (row-major, ``y[i*r + k]``). A single GEMM over all tokens needs the
+contracted index to be a matrix side, so each order has two ways to run:
+
+- **GEMM** (``_a_first_gemm`` / ``_b_first_gemm``): both steps are one big GEMM over all tokens; the
+  layout fix-ups are copies. A first copies the input (``X`` transposed) and the intermediate ``A X`` and
+  writes ``Y`` in place; B first copies the intermediate and the output (the transpose back, fused with the
+  bias add). Copies of size 1 sides are free, so this is the plan for ``B = (2, 1)`` / ``(4, 1)`` (the 96M
+  and 81M classes: one full-width GEMM plus a cheap broadcast).
+- **per token** (``_a_first_per_token`` / ``_b_first_per_token``): one step is a batched matmul over
+  tokens (``torch.bmm`` with ``A`` expanded, a view), the other one big GEMM; no copy at all, the sum over
+  factors included (``A_f`` are stacked so that the factor axis lands next to the contracted one).
+
+``per_token`` is chosen when the per-token product is at least ``PER_TOKEN_MIN_WIDTH`` (24) wide (its
+output width: ``t`` for A first, ``r`` for B first): narrower, BLAS runs the N small products far below its
+GEMM rate and the copies are cheaper (measured for every Table 1 scheme at 2,048 tokens, one thread:
+``benchmarks/bench_kronecker.py``; the rule picks the fastest plan, or one within noise of it, for every
+scheme there and at the shared base's dims). The order stays the FLOP-cheaper one. Two more changes, both
+memory passes over output-sized tensors: the bias is added in place into the fresh matmul result (never into
+a view of it: autograd would then copy the whole gradient again in backward, ``CopySlices``), and B first
+adds it in the same pass that transposes the output back.
+
+What it gives, forward + backward of one MLP matrix, 2,048 tokens, one thread, speed-up over the dense
+``Conv1D`` (before -> after; CPU time on the shared 2-core machine, ``--clock cpu --previous``): the shared
+base's 67M class 1.74 -> 2.76 (``c_fc``) and 2.32 -> 3.87 (``c_proj``) of a 9.6 FLOP ratio, its 4 factors
+0.70 -> 0.80-0.94 of 2.4; GPT-2 small's tiny-factor schemes 3.6-8.5 -> 3.8-8.7 of 11.5-27.4 (e.g.
+``(96, 32)``: 5.53 -> 7.70 of 19.2); the 96M / 81M classes unchanged (1.3 / 2.2-2.4 at our dims).
+
+What limits the rest: the goal (half the FLOP ratio) asks the factored layer to run its FLOPs at half the
+rate of the dense GEMM, but every matmul of a tiny-factor scheme has a side of 8-48: MKL runs them at
+19-43 GFLOP/s on this CPU against ~90 for the dense ``2048 x 768 x 3072`` GEMM (one thread), and the bias
+add and its gradient are two memory-bound passes over the ``N x out`` tensor (about 7% of the factored
+layer's time at GPT-2 dims, 15% at ours). With 4 factors at our dims the intermediate (``f*q*r`` per token) is
+twice the output, so the layer is bound by memory traffic. Beating that needs a fused kernel (the two
+contractions and the bias in one pass over tiles of tokens), not a different arrangement of BLAS calls.
+
 Initialisations
 ---------------
 - ``van_loan``: nearest sum of ``rank`` Kronecker products in Frobenius norm (Van Loan & Pitsianis 1993):

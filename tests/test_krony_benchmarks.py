@@ -1,0 +1,56 @@
+"""Smoke checks of the Krony-PT benchmarks (tiny sizes, seconds): they run and report what they promise."""
+
+from __future__ import annotations
+
+import csv
+import importlib.util
+from pathlib import Path
+
+import pytest
+import torch
+from transformers import GPT2Config, GPT2LMHeadModel
+
+from lmstudy.tokenization import train_bpe
+
+BENCHMARKS = Path(__file__).resolve().parent.parent / "benchmarks"
+
+
+def load_bench(name: str):
+    spec = importlib.util.spec_from_file_location(name, BENCHMARKS / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_kronecker_bench_reports_the_goal_and_the_previous_layer(capsys):
+    bench = load_bench("bench_kronecker")
+    assert bench.main(["--tokens", "8", "--repeats", "1", "--warmup", "0", "--size", "ours 192->768",
+                       "--previous", "--clock", "cpu"]) == 0
+    printed = capsys.readouterr().out
+    assert "before ms" in printed and "goal" in printed and "(24, 12)" in printed
+    # The goal covers factors at least 8 wide on every side; B = (4, 1) is outside it.
+    assert bench.goal_status((24, 12), (32, 16), flop_ratio=9.6, speedup=4.8) == "met"
+    assert bench.goal_status((24, 12), (32, 16), flop_ratio=9.6, speedup=4.7) == "NOT met"
+    assert bench.goal_status((192, 192), (4, 1), flop_ratio=3.9, speedup=1.0) == "-"
+
+
+def test_krony_inference_bench_compares_base_dense_and_factored_forms(tmp_path):
+    tokenizer = train_bpe(["the cat sat on the mat and the dog sat on the log"] * 20, vocab_size=300)
+    torch.manual_seed(0)
+    config = GPT2Config(n_layer=1, n_head=2, n_embd=32, vocab_size=len(tokenizer), n_positions=16,
+                        bos_token_id=0, eos_token_id=0)
+    GPT2LMHeadModel(config).save_pretrained(tmp_path / "base")
+    tokenizer.save_pretrained(tmp_path / "base")
+    out = tmp_path / "inference.csv"
+    bench = load_bench("bench_krony_inference")
+    assert bench.main(["--model", str(tmp_path / "base"), "--prompt", "4", "--new-tokens", "2", "--repeats", "1",
+                       "--out", str(out)]) == 0
+    with open(out, newline="", encoding="utf-8") as handle:
+        rows = list(csv.DictReader(handle))
+    assert [row["form"] for row in rows] == ["base"] + ["dense", "factored"] * len(bench.VARIANTS)
+    base = rows[0]
+    assert float(base["score_speedup"]) == pytest.approx(1.0) and int(base["seq_len"]) == 16
+    for row in rows[1:]:
+        assert float(row["score_tok_s"]) > 0 and float(row["generate_tok_s"]) > 0
+        smaller = int(row["parameters"]) < int(base["parameters"])
+        assert smaller == (row["form"] == "factored"), row["model"]  # folded back: the base's size again
