@@ -203,12 +203,12 @@ PRESETS: dict[str, dict[str, dict]] = {
             distill_alpha=0.9, distill_temperature=2.0, wikitext_tokens=2000, lambada_examples=20, domains=["news"],
             domain_documents=2, eval_batch_size=8,
         ),
-        # The published run: the 3x192 shared base (37.5M tokens at 100%), 100 steps x 16 x 256 = 409,600 tokens of
-        # continued training per model (1.1% of the base's budget), three seeds in the trend; evaluation slices:
-        # 50k WikiText-2 tokens, 500 LAMBADA passages, 10 test documents per held-out domain.
+        # The published run: the 3x192 shared base (37.5M tokens at 100%), 80 steps x 16 x 256 = 327,680 tokens of
+        # continued training per model (0.87% of the base's budget), three seeds in the trend; evaluation slices:
+        # 50k WikiText-2 tokens, 500 LAMBADA passages, 10 test documents per held-out domain (run times: README).
         "cpu": dict(
             base_scale="cpu", fractions=[0.1, 0.3, 1.0], classes=["96M", "81M", "67M"],
-            inits=["van_loan", "prune", "random"], compare_class="81M", seeds=[0, 1, 2], finetune_tokens=409_600,
+            inits=["van_loan", "prune", "random"], compare_class="81M", seeds=[0, 1, 2], finetune_tokens=327_680,
             finetune_lr=1e-3, evals_per_run=2, val_tokens=30_000, table6_class="67M", table6_factors=[1, 2, 4],
             distill_alpha=0.9, distill_temperature=2.0, wikitext_tokens=50_000, lambada_examples=500, domains=None,
             domain_documents=10, eval_batch_size=8,

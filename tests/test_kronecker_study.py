@@ -116,7 +116,7 @@ def test_every_preset_is_a_valid_config():
     for scale in ("smoke", "cpu", "paper"):
         config = KronyConfig(**preset("03_kronecker", scale))
         assert config.finetune_steps >= config.evals_per_run
-    assert KronyConfig(**preset("03_kronecker", "cpu")).finetune_steps == 100
+    assert KronyConfig(**preset("03_kronecker", "cpu")).finetune_steps == 80
 
 
 def test_continued_training_follows_the_base_recipe():

@@ -549,13 +549,15 @@ METRICS = ["wikitext_bpb", "wikitext_ppl", "wikitext_ppl_word", "lambada_acc", "
 
 def _row(config: KronyConfig, spec: ModelSpec, initial: dict, trained: dict, base_parameters: int) -> dict:
     """One table row: the model, its size, its scores before (``before_*``) and after continued training, and
-    each held-out domain's bits per byte after."""
+    each held-out domain's perplexity and bits per byte after."""
     domains = eval_domains() if config.domains is None else config.domains
-    return {"model": LABELS[spec.kind], "class": spec.size_class, "init": spec.init, "factors": spec.n_factors,
-            "scalars": spec.scalars, "parameters": trained["parameters"],
+    krony = spec.kind == "krony"
+    return {"model": LABELS[spec.kind], "class": spec.size_class, "init": spec.init,
+            "factors": spec.n_factors if krony else None, "scalars": spec.scalars if krony else None, "parameters": trained["parameters"],
             "size_ratio": trained["parameters"] / base_parameters, "paper_ratio": PAPER_RATIOS[spec.size_class],
             **{f"before_{key}": initial[key] for key in ("wikitext_bpb", "wikitext_ppl", "lambada_acc")},
-            **{key: trained[key] for key in METRICS}, **{f"{d}_bpb": trained[f"{d}_bpb"] for d in domains}}
+            **{key: trained[key] for key in METRICS},
+            **{f"{d}_{unit}": trained[f"{d}_{unit}"] for d in domains for unit in ("ppl", "bpb")}}
 
 
 def base_table(config: KronyConfig) -> pd.DataFrame:
@@ -586,10 +588,10 @@ def grid_table(config: KronyConfig) -> pd.DataFrame:
     base = base_metrics(config, fraction)
     specs = [ModelSpec("krony", size_class, init) for size_class in config.classes for init in config.inits]
     specs += [ModelSpec(kind, config.compare_class) for kind in ("distilled", "scratch")]
-    rows = [{"model": "base", "parameters": base["parameters"], "size_ratio": 1.0,
-             **{key: base[key] for key in METRICS}}]
-    rows += _models_at(config, fraction, specs, config.seeds[0], "grid")
-    return pd.DataFrame(rows)
+    models = _models_at(config, fraction, specs, config.seeds[0], "grid")
+    base_row = {"model": "base", "parameters": base["parameters"], "size_ratio": 1.0,
+                **{key: base[key] for key in models[0] if key in base}}
+    return pd.DataFrame([base_row, *models]).reindex(columns=list(models[0]))  # the models' column order
 
 
 def best_init(grid: pd.DataFrame, size_class: str) -> str:
@@ -672,7 +674,7 @@ def claims(config: KronyConfig, grid: pd.DataFrame, table6_rows: pd.DataFrame, t
             at = trend[trend["base_tokens"] == tokens]
             krony, other = (Spread.of(at[at["model"] == LABELS[side]]["wikitext_bpb"]) for side in ("krony", kind))
             effects.append(Spread.of(-gaps[gaps["base_tokens"] == tokens][f"krony_minus_{kind}"]))  # > 0: Krony better
-            notes.append(f"base {tokens / 1e6:.2f}M tokens: Krony {krony.format(4)} vs {LABELS[kind]} "
+            notes.append(f"base {tokens:,} tokens: Krony {krony.format(4)} vs {LABELS[kind]} "
                          f"{other.format(4)} bits/byte")
         rows += trend_rows(f"{config.compare_class}: Krony beats the same-size {LABELS[kind]} model", levels, effects,
                            digits=4, evidence=notes, dataset="WikiText-2 bits per byte")
@@ -739,7 +741,8 @@ def plot_grid(grid: pd.DataFrame, title: str = ""):
     for (_, row), colour in zip(others.iterrows(), sns.color_palette("dark", len(others))):
         name = row["model"] if row["model"] == "base" else f"{row['model']} ({row['class']})"
         axis.axhline(row["wikitext_bpb"], color=colour, linestyle="--" if row["model"] == "base" else ":", label=name)
-    top = long["bpb"].quantile(0.9) * 1.1  # a random init's score before training would flatten every other bar
+    # A random init's score before training would flatten every other bar: clip the axis above the rest.
+    top = min(long["bpb"].max(), 1.25 * long["bpb"].median()) * 1.02
     axis.set_ylim(min(long["bpb"].min(), others["wikitext_bpb"].min()) * 0.95, top)
     axis.set(xlabel="", ylabel="WikiText-2 bits per byte", title=title)
     axis.tick_params(axis="x", rotation=30)
