@@ -1,6 +1,6 @@
 """The small GPT-2 pretrained on our Wikipedia split, and the evaluation slices read with its BPE.
 
-It is stage 1 of the Krony-PT study (``lmstudy.krony.study``), and the Entity-Transformer study
+It is stage 1 of the published Krony-PT run on the old base (``lmstudy.krony.published``), and the Entity-Transformer study
 (``lmstudy.entity.study``) fine-tunes the same cached run; it lives in the core so that neither paper
 imports the other. A byte-level BPE trained on the split's training documents (saved in the run folder,
 so every later stage reads the same ids) and a GPT-2 trained from scratch on the same documents
@@ -9,7 +9,7 @@ so every later stage reads the same ids) and a GPT-2 trained from scratch on the
 
 Its runs stay in the ``03_kronecker`` run-cache folder under the config they were published with
 (``{"stage": "base", **WikiBaseConfig.base_config()}``), so archived runs still hit the cache. Its sizes
-are the ``wiki_base`` preset (``lmstudy.scales``), which the ``03_kronecker`` preset includes.
+are the ``wiki_base`` preset (``lmstudy.scales``), which the published Krony-PT preset (``PUBLISHED_CPU``) includes.
 """
 
 from __future__ import annotations
