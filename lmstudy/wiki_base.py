@@ -1,8 +1,8 @@
 """The small GPT-2 pretrained on our Wikipedia split, and the evaluation slices read with its BPE.
 
-It is stage 1 of the published Krony-PT run on the old base (``lmstudy.krony.published``), and the Entity-Transformer study
-(``lmstudy.entity.study``) fine-tunes the same cached run; it lives in the core so that neither paper
-imports the other. A byte-level BPE trained on the split's training documents (saved in the run folder,
+It is stage 1 of the published Krony-PT run on the old base (``lmstudy.krony.published``), and the
+Entity-Transformer study (``lmstudy.entity.study``) fine-tunes the same cached run; it lives in the core so
+that neither paper imports the other. A byte-level BPE trained on the split's training documents (saved in the run folder,
 so every later stage reads the same ids) and a GPT-2 trained from scratch on the same documents
 (general English; the split keeps WikiText-2's test articles out), evaluated with the shared protocol
 (:mod:`lmstudy.evaluation`).

@@ -107,7 +107,8 @@ LABELS = {"krony": "Krony", "distilled": "distilled", "scratch": "scratch, equal
 # The paper's Table 4 (perplexity, GPT-2's tokenizer, the paper's own evaluation; "" where it has no number).
 PAPER_TABLE4 = pd.DataFrame([
     {"parameters": "124M", "model": "GPT2", "wikitext103_ppl": 29.16, "wikitext2_ppl": 24.67, "lambada_ppl": 45.28},
-    {"parameters": "82M", "model": "DistilGPT2", "wikitext103_ppl": 44.53, "wikitext2_ppl": 36.48, "lambada_ppl": 76.00},
+    {"parameters": "82M", "model": "DistilGPT2", "wikitext103_ppl": 44.53, "wikitext2_ppl": 36.48,
+     "lambada_ppl": 76.00},
     {"parameters": "81M", "model": "KronyPT-81M-1350", "wikitext103_ppl": 41.98, "wikitext2_ppl": 34.99,
      "lambada_ppl": math.nan},
     {"parameters": "81M", "model": "KronyPT-81M-3950", "wikitext103_ppl": math.nan, "wikitext2_ppl": math.nan,
@@ -206,7 +207,8 @@ class KronyConfig:
             raise ValueError(f"finetune_tokens={self.finetune_tokens:,} is less than one step of the base's batch "
                              f"({recipe.batch_size} x {recipe.model.seq_len} = {recipe.tokens_per_step:,} tokens)")
         if self.evals_per_run < 1 or self.evals_per_run > self.finetune_steps:
-            raise ValueError(f"evals_per_run must be between 1 and the {self.finetune_steps} steps, got {self.evals_per_run}")
+            raise ValueError(f"evals_per_run must be between 1 and the {self.finetune_steps} steps, "
+                             f"got {self.evals_per_run}")
         limit = max_factors(self.table6_class, recipe.model.n_embd)
         if any(not 1 <= n <= limit for n in self.table6_factors):
             raise ValueError(f"table6_factors {self.table6_factors}: the {self.table6_class} class allows 1 to {limit} "
@@ -553,7 +555,8 @@ def _row(config: KronyConfig, spec: ModelSpec, initial: dict, trained: dict, bas
     domains = eval_domains() if config.domains is None else config.domains
     krony = spec.kind == "krony"
     return {"model": LABELS[spec.kind], "class": spec.size_class, "init": spec.init,
-            "factors": spec.n_factors if krony else None, "scalars": spec.scalars if krony else None, "parameters": trained["parameters"],
+            "factors": spec.n_factors if krony else None, "scalars": spec.scalars if krony else None,
+            "parameters": trained["parameters"],
             "size_ratio": trained["parameters"] / base_parameters, "paper_ratio": PAPER_RATIOS[spec.size_class],
             **{f"before_{key}": initial[key] for key in ("wikitext_bpb", "wikitext_ppl", "lambada_acc")},
             **{key: trained[key] for key in METRICS},
