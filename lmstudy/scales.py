@@ -11,9 +11,10 @@ from __future__ import annotations
 
 SCALES = ("smoke", "cpu", "paper")
 
-# The small GPT-2 pretrained on our Wikipedia split (lmstudy.wiki_base): stage 1 of 03_kronecker, whose
-# presets include these fields, and the base 02_entity_transformer fine-tunes (its ``base_scale``).
-# ``eval_every`` and the evaluation slices (``wikitext_tokens``, ``lambada_examples``) serve every 03 stage.
+# The old small GPT-2 pretrained on our Wikipedia split (lmstudy.wiki_base): stage 1 of the Krony-PT study
+# published on it (lmstudy.krony.published, archived runs under 03_kronecker). Kept so those runs replay;
+# the studies now start from the shared base (the "base" preset). ``eval_every`` and the evaluation slices
+# (``wikitext_tokens``, ``lambada_examples``) served every stage of that study.
 WIKI_BASE: dict[str, dict] = {
     # Seconds: 2x32 GPT-2, a 512-id BPE on 40 Wikipedia documents, 30 steps.
     "smoke": dict(
