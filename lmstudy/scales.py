@@ -120,12 +120,12 @@ PRESETS: dict[str, dict[str, dict]] = {
             ner_lr=0.01, ner_batch_size=32,
         ),
         # The published run: the cpu shared base (3x192, context 256, 8k BPE), every GUM + LitBank document (445k
-        # training sub-tokens, 62k dev, 64k test with the base's BPE), batch 8 x 256 (~240 steps a pass over the
-        # training documents); budgets 75, 300 and 1,200 steps (0.3, 1.3 and 5 passes: 154k, 614k, 2.5M positions);
-        # 3 seeds x (GPT2, GPT2E) and 3 seeds x 2 ablations (run times: README).
+        # training sub-tokens, 62k dev, 64k test with the base's BPE), batch 8 x 256 (239 steps a pass over the
+        # training documents); budgets 60, 240 and 960 steps (0.25, 1 and 4 passes: 123k, 492k, 1.97M positions),
+        # validation every 60; 3 seeds x (GPT2, GPT2E) and 3 seeds x 2 ablations (run times: README).
         "cpu": dict(
             base_scale="cpu", init_from="", corpora=["gum", "litbank"], train_docs=0, eval_docs=0, seq_len=256,
-            batch_size=8, budgets=[75, 300, 1200], lr=5e-4, warmup_steps=30, eval_every=75, seeds=[0, 1, 2],
+            batch_size=8, budgets=[60, 240, 960], lr=5e-4, warmup_steps=30, eval_every=60, seeds=[0, 1, 2],
             ablation_seeds=[0, 1, 2], mixed_precision="no", lambada_examples=1500, timing_steps=20,
             similarity_docs=0, tsne_entities=10, ner_corpus="litbank", ner_train_docs=0, ner_eval_docs=0,
             ner_hidden=64, ner_epochs=4, ner_lr=0.001, ner_batch_size=32,
