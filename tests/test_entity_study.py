@@ -266,5 +266,8 @@ def test_pipeline_end_to_end_on_corpus_slices(tmp_path, monkeypatch):
     model, _ = study.finetuned_model(config, "GPT2E", 0)
     x = torch.randint(0, len(tokenizer), (1, 8))
     assert torch.equal(GPT2E.from_pretrained(path).eval()(x).logits, model(x).logits)
+    check = study.check_export(config)  # the folder alone reproduces the recorded test perplexity
+    assert check["config_class"] == "GPT2EConfig" and check["path"] == str(path)
+    assert check["test_ppl_reloaded"] == pytest.approx(check["test_ppl_recorded"], rel=1e-6)
     again = study.perplexity_runs(config)  # cached: the same numbers, nothing retrained
     pd.testing.assert_frame_equal(again, runs)

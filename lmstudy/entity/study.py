@@ -692,6 +692,20 @@ def export_model(config: EntityStudyConfig, name: str = "GPT2E", seed: int | Non
     return get_run(STUDY, run_config).path / EXPORT_FOLDER
 
 
+def check_export(config: EntityStudyConfig, name: str = "GPT2E", seed: int | None = None) -> dict:
+    """Reload :func:`export_model`'s folder with ``GPT2E.from_pretrained`` and score the test set with it: the
+    test perplexity must be the one the fine-tuning run recorded for its best weights. Needs only the folder
+    (an archive with ``--weights stage=export`` redraws this without the training weights)."""
+    seed = config.seeds[0] if seed is None else seed
+    path = export_model(config, name, seed)
+    reloaded = GPT2E.from_pretrained(str(path)).eval()
+    tokenizer = load_base(config).tokenizer
+    scores = coref_test_scores(reloaded, study_documents(config, tokenizer)["test"], config, tokenizer.eos_token_id)
+    return {"path": str(path), "config_class": type(reloaded.config).__name__,
+            "entity_init": reloaded.config.entity_init, "memory_update": reloaded.config.memory_update,
+            "test_ppl_reloaded": scores["test_ppl"], "test_ppl_recorded": finetune_run(config, name, seed)["test_ppl"]}
+
+
 # ---------------------------------------------------------------------------------------------------
 # Claims
 # ---------------------------------------------------------------------------------------------------
