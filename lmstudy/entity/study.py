@@ -310,6 +310,7 @@ def finetune_run(config: EntityStudyConfig, name: str, seed: int) -> dict:
         for step in config.budgets:
             checkpoint = initial_model(base.model, name, seed)
             load_model(checkpoint, str(kept_checkpoint(run, step) / "model.safetensors"))
+            checkpoint.to(next(model.parameters()).device)  # where training ran (paper scale: a GPU)
             budgets.append({"step": step, "tokens": step * config.tokens_per_step,
                             **coref_test_scores(checkpoint, docs["test"], config, pad_id)})
         log = read_log_records(run.log_path)
