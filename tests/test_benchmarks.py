@@ -55,3 +55,13 @@ def test_base_throughput_records_a_compile_failure(base_throughput, tmp_path, mo
     (row,) = read_rows(out)
     assert row["compile"] == "on" and row["tokens_per_s"] == ""
     assert row["error"] == "RuntimeError: no C++ compiler here"
+
+
+def test_entity_step_time_bench_runs_with_the_per_mention_variant(capsys):
+    bench = load_bench("bench_entity_gpt2")
+    bench.main(["--threads", "1", "--vocab", "64", "--sizes", "1x32", "--batch-size", "2", "--seq-len", "16",
+                "--steps", "1", "--warmup", "1", "--per-mention"])
+    lines = capsys.readouterr().out.splitlines()
+    assert "FLOP ratio" in lines[1] and "mention/GPT2" in lines[1]
+    row = lines[3].split()
+    assert row[0] == "1x32" and float(row[6]) > 1  # GPT2E's FLOPs exceed GPT2's
