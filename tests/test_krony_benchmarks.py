@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import csv
-import importlib.util
-from pathlib import Path
 
 import pytest
 import torch
@@ -12,14 +10,7 @@ from transformers import GPT2Config, GPT2LMHeadModel
 
 from lmstudy.tokenization import train_bpe
 
-BENCHMARKS = Path(__file__).resolve().parent.parent / "benchmarks"
-
-
-def load_bench(name: str):
-    spec = importlib.util.spec_from_file_location(name, BENCHMARKS / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+from tests.test_benchmarks import load_bench
 
 
 def test_kronecker_bench_reports_the_goal_and_the_previous_layer(capsys):
