@@ -74,7 +74,7 @@ from __future__ import annotations
 import copy
 import functools
 import math
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 
 import pandas as pd
 import torch
@@ -497,9 +497,10 @@ def finetune_train_config(config: KronyConfig, seed: int) -> TrainConfig:
     """The continued training: the base's recipe (optimizer, decay, warm-up share, cosine) over ``finetune_steps``."""
     recipe, steps = config.recipe, config.finetune_steps
     every = max(1, steps // config.evals_per_run)
-    return TrainConfig(max_steps=steps, lr=config.finetune_lr, weight_decay=recipe.weight_decay, betas=(0.9, 0.95),
-                       lr_schedule="cosine", warmup_steps=round(recipe.warmup_fraction * steps), eval_every=every,
-                       checkpoint_every=every, log_every=max(1, min(10, every)), seed=seed)
+    # The base's own TrainConfig (optimizer, betas, decay, schedule) with the continued training's length.
+    return replace(recipe.train_config(), max_steps=steps, lr=config.finetune_lr,
+                   warmup_steps=round(recipe.warmup_fraction * steps), eval_every=every, checkpoint_every=every,
+                   log_every=max(1, min(10, every)), seed=seed, keep_checkpoints=())
 
 
 def continued_run(config: KronyConfig, fraction: float, spec: ModelSpec, seed: int = 0) -> dict:
