@@ -11,12 +11,19 @@ What is archived, per *finished* run (``metrics.json`` present) of a study::
     DEST/<study>/<hash>/config.json, metrics.json, log.jsonl   always (a few kB)
     DEST/<study>/<hash>/<other folders>                          tokenizer/, best/, model/, ...: only
                                                                  for runs selected by ``weights``
-The training ``checkpoint/`` (latest weights plus optimizer state) of a finished run is never archived:
-it does not need it. Unfinished runs are skipped (they restart from scratch after a restore) unless
-``unfinished=True``: then each unfinished run is archived with its log and its *latest* checkpoint only
-(weights and optimizer state: a long run, such as the shared base, carried over to the next session
-resumes exactly where it stopped). Restoring such a run replaces the local copy only when the archived
-checkpoint is further along.
+    DEST/<study>/<hash>/checkpoint/step-N/model.safetensors, state.json
+                                                                 the *kept* checkpoints
+                                                                 (``TrainConfig.keep_checkpoints``) present,
+                                                                 weights only: for runs selected by ``weights``
+The training checkpoint of a finished run (weights plus optimizer state) is not archived: it does not need
+it. Its kept checkpoints are, with the run's other folders, because later stages may load them (the Krony
+study starts from the scratch run's 10/30/100% checkpoints); their optimizer state is left behind (nothing
+resumes from a kept checkpoint). Unfinished runs are skipped (they restart from scratch after a restore)
+unless ``unfinished=True``: then each unfinished run is archived with its log, its *latest* checkpoint in
+full (weights and optimizer state: a long run, such as the shared base, carried over to the next session
+resumes exactly where it stopped) and its kept checkpoints so far, weights only, whatever ``weights`` says
+(the resumed run cannot write them again: a run whose kept steps are behind it would lose them). Restoring
+such a run replaces the local copy only when the archived checkpoint is further along.
 
 ``weights`` chooses which runs keep their folders: ``"all"``, ``"none"``, or ``"KEY=VALUE"`` matched
 against the run's flattened config (``stage=base``: only the Krony base, the one run later stages load
@@ -37,6 +44,7 @@ from lmstudy.paths import runs_dir
 from lmstudy.runs import CHECKPOINT_DIR, CONFIG_FILE, LOG_FILE, METRICS_FILE, Run, flatten_config
 
 SMALL_FILES = (CONFIG_FILE, METRICS_FILE, LOG_FILE)
+KEPT_CHECKPOINT_FILES = ("model.safetensors", "state.json")  # what kept_checkpoint() readers load
 
 
 def _keeps_weights(config: dict, weights: str) -> bool:
@@ -74,14 +82,32 @@ def archive_runs(study: str, dest: str | Path, weights: str = "all", unfinished:
         for name in SMALL_FILES:
             if (run_dir / name).is_file():
                 shutil.copy2(run_dir / name, target / name)
-        if _keeps_weights(config, weights):
+        keeps_weights = _keeps_weights(config, weights)
+        if keeps_weights:
             for folder in run_dir.iterdir():
                 if folder.is_dir() and folder.name != CHECKPOINT_DIR:
                     shutil.copytree(folder, target / folder.name, dirs_exist_ok=True)
         if checkpoint is not None:
             shutil.copytree(checkpoint, target / CHECKPOINT_DIR / checkpoint.name)
+        if keeps_weights or checkpoint is not None:
+            for kept in kept_checkpoints(run_dir):
+                if checkpoint is None or kept != checkpoint:
+                    (target / CHECKPOINT_DIR / kept.name).mkdir(parents=True, exist_ok=True)
+                    for name in KEPT_CHECKPOINT_FILES:
+                        shutil.copy2(kept / name, target / CHECKPOINT_DIR / kept.name / name)
         archived.append(run_dir.name)
     return archived
+
+
+def kept_checkpoints(run_dir: Path) -> list[Path]:
+    """The complete checkpoint folders of ``run_dir`` at a step its ``TrainConfig.keep_checkpoints`` names (read
+    from the checkpoints' own ``state.json``: the run config does not say how a study trains)."""
+    complete = sorted(p for p in (run_dir / CHECKPOINT_DIR).glob("step-*") if (p / "state.json").is_file())
+    if not complete:
+        return []
+    state = json.loads((complete[-1] / "state.json").read_text(encoding="utf-8"))
+    kept = set(state["train_config"].get("keep_checkpoints", ()))
+    return [path for path in complete if int(path.name.split("-")[1]) in kept]
 
 
 def _checkpoint_step(run_dir: Path) -> int:
@@ -117,7 +143,7 @@ def register(subparsers) -> None:
     """``python -m lmstudy runs archive STUDY DEST [--weights W]`` and ``runs restore SRC``."""
     runs = subparsers.add_parser("runs", help="archive finished runs into a folder / restore them into runs/")
     commands = runs.add_subparsers(dest="runs_command", required=True, metavar="SUBCOMMAND")
-    archive = commands.add_parser("archive", help="copy a study's finished runs (no training checkpoints) to DEST",
+    archive = commands.add_parser("archive", help="copy a study's finished runs (no training state) to DEST",
                                   description=__doc__,
                                   formatter_class=argparse.RawDescriptionHelpFormatter)
     archive.add_argument("study", help="e.g. 03_kronecker")
@@ -125,7 +151,7 @@ def register(subparsers) -> None:
     archive.add_argument("--weights", default="all",
                          help="whose folders (weights, tokenizer) to keep: all, none, or KEY=VALUE of the config")
     archive.add_argument("--unfinished", action="store_true",
-                         help="also unfinished runs, with their latest checkpoint (to resume on another machine)")
+                         help="also unfinished runs, with their latest and kept checkpoints (to resume on another machine)")
     archive.set_defaults(handler=_archive)
     restore = commands.add_parser("restore", help="copy archived runs into the run cache (runs/ or $LMSTUDY_RUNS)")
     restore.add_argument("src", type=Path, help="an archive folder, e.g. results/runs")
@@ -145,4 +171,4 @@ def _restore(args) -> int:
     return 0
 
 
-__all__ = ["archive_runs", "restore_runs", "register"]
+__all__ = ["archive_runs", "kept_checkpoints", "restore_runs", "register"]

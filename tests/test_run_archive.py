@@ -58,13 +58,16 @@ def test_archive_errors_and_cli(tmp_path, monkeypatch, capsys):
 
 
 
-def test_an_unfinished_run_travels_with_its_latest_checkpoint_and_resumes(tmp_path, monkeypatch):
-    """``unfinished=True``: the run's newest checkpoint (not older kept ones) is archived; restored
-    elsewhere, training resumes there and ends with the same weights as an uninterrupted run."""
+def test_an_unfinished_run_travels_with_its_latest_and_kept_checkpoints_and_resumes(tmp_path, monkeypatch):
+    """``unfinished=True``: the run's newest checkpoint is archived in full, its kept checkpoints so far with
+    their weights only; restored elsewhere, training resumes there, ends with the same weights as an
+    uninterrupted run and still has the kept checkpoint it passed before the interruption. Finished, the run
+    carries its kept checkpoints (weights only) when its weights are selected, none otherwise."""
     import torch
+    from safetensors.torch import load_file
 
     from lmstudy.lm_batches import LMTask
-    from lmstudy.training import TrainConfig, latest_checkpoint, train
+    from lmstudy.training import TrainConfig, kept_checkpoint, latest_checkpoint, train
 
     def task():
         ids = torch.arange(3000) % 37
@@ -97,15 +100,30 @@ def test_an_unfinished_run_travels_with_its_latest_checkpoint_and_resumes(tmp_pa
     assert archive_runs("long", tmp_path / "archive") == []  # unfinished runs need the flag
     assert archive_runs("long", tmp_path / "archive", unfinished=True) == [run.hash]
     carried = tmp_path / "archive" / "long" / run.hash / "checkpoint"
-    assert sorted(p.name for p in carried.iterdir()) == ["step-000000010"]  # the newest one only
+    assert sorted(p.name for p in carried.iterdir()) == ["step-000000005", "step-000000010"]  # kept + newest
+    assert sorted(p.name for p in (carried / "step-000000005").iterdir()) == ["model.safetensors", "state.json"]
+    assert (carried / "step-000000010" / "state.safetensors").is_file()  # the newest: optimizer state too
 
     monkeypatch.setenv("LMSTUDY_RUNS", str(tmp_path / "machine2"))
     assert restore_runs(tmp_path / "archive") == [f"long/{run.hash}"]
     assert restore_runs(tmp_path / "archive") == []  # as far along already: nothing copied
     resumed = Wrapped()
-    train(resumed, task(), full, get_run("long", {"run": 1}))
+    resumed_run = get_run("long", {"run": 1})
+    train(resumed, task(), full, resumed_run)
     for name, tensor in reference.state_dict().items():
         assert torch.allclose(resumed.state_dict()[name], tensor, atol=1e-6), name
+    reference_kept = load_file(str(tmp_path / "reference" / "long" / run.hash / "checkpoint" / "step-000000005"
+                                   / "model.safetensors"))
+    resumed_kept = load_file(str(kept_checkpoint(resumed_run, 5) / "model.safetensors"))
+    assert reference_kept.keys() == resumed_kept.keys()
+    assert all(torch.equal(reference_kept[k], resumed_kept[k]) for k in reference_kept)
+
+    (resumed_run.path / "metrics.json").write_text("{}", encoding="utf-8")  # finished (as cached() marks it)
+    assert archive_runs("long", tmp_path / "finished", weights="none") == [run.hash]
+    assert not (tmp_path / "finished" / "long" / run.hash / "checkpoint").exists()
+    assert archive_runs("long", tmp_path / "with_weights", weights="all") == [run.hash]
+    carried = tmp_path / "with_weights" / "long" / run.hash / "checkpoint"
+    assert sorted(p.name for p in carried.iterdir()) == ["step-000000005"]  # kept, not the final step 20
 
 
 class CountingStop:
