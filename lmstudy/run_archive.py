@@ -151,7 +151,7 @@ def register(subparsers) -> None:
     archive.add_argument("--weights", default="all",
                          help="whose folders (weights, tokenizer) to keep: all, none, or KEY=VALUE of the config")
     archive.add_argument("--unfinished", action="store_true",
-                         help="also unfinished runs, with their latest and kept checkpoints (to resume on another machine)")
+                         help="also unfinished runs, with their latest and kept checkpoints (to resume elsewhere)")
     archive.set_defaults(handler=_archive)
     restore = commands.add_parser("restore", help="copy archived runs into the run cache (runs/ or $LMSTUDY_RUNS)")
     restore.add_argument("src", type=Path, help="an archive folder, e.g. results/runs")
