@@ -49,9 +49,13 @@ def _add_study_command(subparsers) -> None:
 
 
 def _run_study(args) -> int:
-    from lmstudy.notebook_runner import final_printout, parse_overrides, run_study
+    from lmstudy.notebook_runner import StudyFailed, final_printout, parse_overrides, run_study
 
-    output = run_study(args.name, scale=args.scale, overrides=parse_overrides(args.parameter))
+    try:
+        output = run_study(args.name, scale=args.scale, overrides=parse_overrides(args.parameter))
+    except StudyFailed as error:  # the notebook's error in one line; its traceback is in the executed copy
+        print(f"lmstudy: error: {error}", file=sys.stderr)
+        return 1
     print(final_printout(output), end="")
     print(f"executed notebook: {output} (open it in JupyterLab: make lab)")
     return 0

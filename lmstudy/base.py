@@ -371,10 +371,17 @@ def _model(size) -> BaseModelConfig:
 
 
 def final_config(scale: str, model: BaseModelConfig | None = None, **overrides) -> BaseConfig:
-    """The final run of ``scale``: the preset's model (or ``model``), trained for the preset's compute."""
+    """The final run of ``scale``: the preset's model (or ``model``), trained for the preset's compute.
+
+    ``overrides`` change preset keys; ``data`` and ``model`` (dicts) are merged key by key into the preset's."""
     from lmstudy.scales import preset
 
-    params = {**preset(STUDY, scale), **overrides}
+    params = preset(STUDY, scale)
+    unknown = set(overrides) - set(params)
+    if unknown:
+        raise KeyError(f"unknown base preset key(s) {sorted(unknown)}; keys: {', '.join(sorted(params))}")
+    for key, value in overrides.items():
+        params[key] = {**params[key], **value} if key in ("data", "model") else value
     data = BaseDataConfig(**params["data"])
     model = model or _model(params["model"])
     tokens = params["compute"] / flops_per_token(model, data.vocab_size)
@@ -633,8 +640,9 @@ class StudyBase:
     identity: dict  # what names these weights in a study's run config (run and step of the base)
 
 
-def study_base(scale: str, fraction: float = 1.0) -> StudyBase:
-    """The shared base of ``scale`` at its kept checkpoint ``fraction`` (1.0, 0.3 or 0.1 by default).
+def study_base(scale: str, fraction: float = 1.0, overrides: dict | None = None) -> StudyBase:
+    """The shared base of ``scale`` at its kept checkpoint ``fraction`` (1.0, 0.3 or 0.1 by default);
+    ``overrides``: changes to the scale's preset (:func:`final_config`; a paper-scale dry run's small budget).
 
     Read from the shipped folder ``models_dir(scale)/<name>`` when it was exported from this scale's run (its
     ``lmstudy_run.json`` says which run and step), else from the kept checkpoint in the run cache, training
@@ -642,7 +650,7 @@ def study_base(scale: str, fraction: float = 1.0) -> StudyBase:
     that are shipped, widened to float32, so a study gets the same numbers from a fresh clone as from the
     machine that trained the base.
     """
-    config = final_config(scale)
+    config = final_config(scale, **(overrides or {}))
     steps = config.kept_steps()
     if fraction not in steps:
         raise ValueError(f"the {scale} base keeps checkpoints at {sorted(steps)} of its budget, not {fraction}")
@@ -659,10 +667,11 @@ def study_base(scale: str, fraction: float = 1.0) -> StudyBase:
                      tokens=step * config.tokens_per_step, identity={"base": run_id, "step": step})
 
 
-def base_streams(scale: str) -> tuple[torch.Tensor, torch.Tensor]:
+def base_streams(scale: str, overrides: dict | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """The base's training and validation token streams (int64), for continued training on the base's own
-    text (re-encoded with the base's tokenizer when the data run came from an archive without them)."""
-    run = prepare_data(final_config(scale).data)
+    text (re-encoded with the base's tokenizer when the data run came from an archive without them);
+    ``overrides`` as :func:`study_base`'s."""
+    run = prepare_data(final_config(scale, **(overrides or {})).data)
     return load_stream(run.path / "train.bin"), load_stream(run.path / "valid.bin")
 
 

@@ -109,13 +109,15 @@ def check_token_stream(ids: torch.Tensor, name: str, min_length: int) -> None:
 def eval_windows(
     ids: torch.Tensor, seq_len: int, batch_size: int
 ) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
-    """Non-overlapping windows covering ``ids`` (L,): batches of full windows, then the short tail."""
+    """Non-overlapping windows covering ``ids`` (L,): batches of full windows, then the short tail (a stream
+    shorter than one window is all tail)."""
     check_token_stream(ids, "ids", 2)
     full = (ids.numel() - 1) // seq_len
-    windows = ids[: full * seq_len + 1].unfold(0, seq_len + 1, seq_len)  # (full, T + 1), 1-token overlap
-    for start in range(0, full, batch_size):
-        chunk = windows[start : start + batch_size]  # (b, T + 1)
-        yield chunk[:, :-1], chunk[:, 1:]
+    if full:  # unfold needs at least one whole window
+        windows = ids[: full * seq_len + 1].unfold(0, seq_len + 1, seq_len)  # (full, T + 1), 1-token overlap
+        for start in range(0, full, batch_size):
+            chunk = windows[start : start + batch_size]  # (b, T + 1)
+            yield chunk[:, :-1], chunk[:, 1:]
     tail = ids[full * seq_len :]  # the last (L - 1) % T targets, with their inputs
     if tail.numel() > 1:
         yield tail[:-1].unsqueeze(0), tail[1:].unsqueeze(0)  # (1, r), (1, r)

@@ -17,6 +17,10 @@ from lmstudy.paths import notebooks_dir, runs_dir
 from lmstudy.scales import SCALES, preset
 
 
+# YAML 1.1 booleans that are words in a parameter value (``mixed_precision="no"``, ``"on"``).
+YAML11_BOOLEAN_WORDS = {"yes", "no", "y", "n", "on", "off"}
+
+
 def find_notebook(name: str) -> Path:
     """``00_quickstart``, ``quickstart`` or a path -> the notebook file."""
     candidates = sorted(notebooks_dir().glob("*.ipynb"))
@@ -31,8 +35,12 @@ def find_notebook(name: str) -> Path:
 def parse_value(text: str):
     """A command-line value -> int, float, bool, None, list or str (YAML scalars, like papermill's -p).
 
-    PyYAML follows YAML 1.1, where ``1e-3`` is a string; we read it as the float people mean.
+    PyYAML follows YAML 1.1, where ``1e-3`` is a string; we read it as the float people mean. YAML 1.1 also
+    reads ``yes``/``no``/``on``/``off`` as booleans, but here they are words (``-p mixed_precision no``):
+    only ``true``/``false`` are booleans.
     """
+    if text.strip().lower() in YAML11_BOOLEAN_WORDS:
+        return text.strip()
     value = yaml.safe_load(text)
     if isinstance(value, str):
         try:
@@ -45,6 +53,10 @@ def parse_value(text: str):
 def parse_overrides(pairs: list[tuple[str, str]]) -> dict:
     """``-p key value`` pairs -> {key: typed value}."""
     return {key: parse_value(value) for key, value in pairs}
+
+
+class StudyFailed(RuntimeError):
+    """A study notebook raised: the message names the notebook, the cell, the error and the executed copy."""
 
 
 def run_study(name: str, scale: str = "smoke", overrides: dict | None = None, output: Path | None = None) -> Path:
@@ -67,13 +79,19 @@ def run_study(name: str, scale: str = "smoke", overrides: dict | None = None, ou
     output.parent.mkdir(parents=True, exist_ok=True)
     # The kernel's inline backend needs no display and embeds every shown figure in the executed notebook.
     os.environ.setdefault("MPLBACKEND", "module://matplotlib_inline.backend_inline")
-    papermill.execute_notebook(
-        str(notebook),
-        str(output),
-        parameters=parameters,
-        cwd=str(notebook.parent),
-        progress_bar=os.environ.get("TQDM_DISABLE") != "1",
-    )
+    try:
+        papermill.execute_notebook(
+            str(notebook),
+            str(output),
+            parameters=parameters,
+            cwd=str(notebook.parent),
+            progress_bar=os.environ.get("TQDM_DISABLE") != "1",
+        )
+    except papermill.PapermillExecutionError as error:
+        # The cell's own error in one line (papermill's message is the whole traceback, hundreds of lines
+        # for a hub or CUDA error); the traceback stays in the executed notebook.
+        raise StudyFailed(f"{notebook.name} failed at {scale} scale in cell {error.exec_count}: "
+                          f"{error.ename}: {error.evalue} (full traceback: {output})") from error
     return output
 
 

@@ -34,6 +34,14 @@ WIKI_BASE: dict[str, dict] = {
     ),
 }
 
+# awd-lstm-lm's PTB regularisation (Merity et al. 2017; Welch's Baseline column), the same at every scale of the
+# Welch studies (01, 01b): the defaults of lmstudy.welch.study.EmbeddingInitConfig, spelled out in every preset so
+# that a notebook has the same parameters at every scale (a -p override of any of them reaches the runs).
+AWD_LSTM_REGULARISATION = dict(
+    dropout=0.4, dropouth=0.25, dropouti=0.4, dropoute=0.1, wdrop=0.5, weight_decay=1.2e-6, grad_clip=0.25, alpha=2.0,
+    beta=1.0,
+)
+
 PRESETS: dict[str, dict[str, dict]] = {
     # The smallest end-to-end study: a word-level GPT-2-style LM on PTB through the shared
     # data readers, vocabulary, training loop and run cache.
@@ -60,7 +68,8 @@ PRESETS: dict[str, dict[str, dict]] = {
                    "r/worldnews", "r/books", "r/television"],
             train_docs=20, eval_docs=3, max_doc_chars=2000, mixture="uniform", vocab_size=1024,
             n_layer=1, n_head=2, n_embd=64, seq_len=64, init_from="",
-            batch_size=8, max_steps=30, eval_every=15, lr=3e-3, warmup_steps=0, lr_schedule="constant", seed=0,
+            batch_size=8, max_steps=30, eval_every=15, lr=3e-3, warmup_steps=0, lr_schedule="constant",
+            mixed_precision="no", seed=0,
         ),
         # The published run and demo checkpoint: all 20 codes, up to 1,000 training documents each
         # cut to 3,000 characters, 20 held-out documents per code; GPT-2 4x256 with an 8k BPE: 5.3M
@@ -68,7 +77,8 @@ PRESETS: dict[str, dict[str, dict]] = {
         "cpu": dict(
             codes=[], train_docs=1000, eval_docs=20, max_doc_chars=3000, mixture="uniform", vocab_size=8192,
             n_layer=4, n_head=4, n_embd=256, seq_len=128, init_from="",
-            batch_size=16, max_steps=3000, eval_every=500, lr=1e-3, warmup_steps=200, lr_schedule="cosine", seed=0,
+            batch_size=16, max_steps=3000, eval_every=500, lr=1e-3, warmup_steps=200, lr_schedule="cosine",
+            mixed_precision="no", seed=0,
         ),
         # The paper's recipe on a real checkpoint (a GPU box): fine-tune GPT-2 small with the codes.
         "paper": dict(
@@ -84,7 +94,7 @@ PRESETS: dict[str, dict[str, dict]] = {
         "smoke": dict(
             emb_size=16, hidden_size=32, n_layers=2, batch_size=8, bptt=20, eval_batch_size=4, test_batch_size=4, lr=10.0,
             max_epochs=2, max_steps=24, evals_per_epoch=2, nonmono=1, train_tokens=8_000, eval_tokens=1_000,
-            vector_epochs=1, pretrain_sentences=2_000,
+            vector_epochs=1, pretrain_sentences=2_000, **AWD_LSTM_REGULARISATION,
             # notebook-only keys (not run-config fields): which grid to run
             configs="standard_vs_ours", seeds=[0], settings=["Std", "Std-news", "Rare"], section3_seeds=[],
         ),
@@ -94,14 +104,15 @@ PRESETS: dict[str, dict[str, dict]] = {
         "cpu": dict(
             emb_size=64, hidden_size=256, n_layers=2, batch_size=20, bptt=35, eval_batch_size=10, test_batch_size=10,
             lr=30.0,
-            max_epochs=2, evals_per_epoch=3, nonmono=2, train_tokens=200_000, eval_tokens=20_000,
+            max_epochs=2, max_steps=0, evals_per_epoch=3, nonmono=2, train_tokens=200_000, eval_tokens=20_000,
+            vector_epochs=5, pretrain_sentences=0, **AWD_LSTM_REGULARISATION,
             configs="all", seeds=[0], settings=["Std", "Std-news", "Rare"], section3_seeds=[1, 2],  # notebook-only keys
         ),
         # The paper: awd-lstm-lm's PTB recipe (3 x 1150, 400-d embeddings, Welch's Baseline column).
         "paper": dict(
-            emb_size=400, hidden_size=1150, n_layers=3, dropout=0.4, dropouth=0.25, dropouti=0.4,
-            dropoute=0.1, wdrop=0.5, batch_size=20, bptt=70, eval_batch_size=10, test_batch_size=1, lr=30.0,
-            weight_decay=1.2e-6, grad_clip=0.25, alpha=2.0, beta=1.0, nonmono=5, max_epochs=500,
+            emb_size=400, hidden_size=1150, n_layers=3, batch_size=20, bptt=70, eval_batch_size=10, test_batch_size=1,
+            lr=30.0, nonmono=5, max_epochs=500, max_steps=0, evals_per_epoch=1, train_tokens=0, eval_tokens=0,
+            vector_epochs=5, pretrain_sentences=0, **AWD_LSTM_REGULARISATION,
             configs="all", seeds=[0], settings=["Std", "Std-news", "Rare"], section3_seeds=[1, 2],  # notebook-only keys
         ),
     },
@@ -152,7 +163,7 @@ PRESETS: dict[str, dict[str, dict]] = {
         "smoke": dict(
             domain="news", emb_size=16, hidden_size=32, n_layers=2, batch_size=8, bptt=20, eval_batch_size=4,
             test_batch_size=4, lr=10.0, max_epochs=1, max_steps=8, evals_per_epoch=1, nonmono=1,
-            train_tokens=4_000, eval_tokens=1_000, vector_epochs=1, pretrain_sentences=1_000,
+            train_tokens=4_000, eval_tokens=1_000, vector_epochs=1, pretrain_sentences=1_000, **AWD_LSTM_REGULARISATION,
             configs="pair", seeds=[0], base_seeds=[], domains=["news"], unk_cutoffs=[0, 5], vector_sources=["news"],
             train_multiples=[1, 2], search_domain="news", search_trials=3, search_nlayers=[1, 2], ngram_order=3,
             transformer=dict(n_layer=1, n_head=2, n_embd=16, seq_len=32, batch_size=8, max_steps=8, eval_every=8,
@@ -165,7 +176,7 @@ PRESETS: dict[str, dict[str, dict]] = {
         "cpu": dict(
             domain="news", emb_size=64, hidden_size=256, n_layers=2, batch_size=20, bptt=35, eval_batch_size=10,
             test_batch_size=10, lr=30.0, max_epochs=2, max_steps=0, evals_per_epoch=3, nonmono=2, train_tokens=100_000,
-            eval_tokens=20_000, vector_epochs=5, pretrain_sentences=0,
+            eval_tokens=20_000, vector_epochs=5, pretrain_sentences=0, **AWD_LSTM_REGULARISATION,
             configs="section3", seeds=[0], base_seeds=[1, 2], domains=["news", "books", "irc"],
             unk_cutoffs=[0, 1, 2, 5],
             vector_sources=["news", "wikipedia", "books"], train_multiples=[1, 2, 4], search_domain="news",
@@ -176,9 +187,8 @@ PRESETS: dict[str, dict[str, dict]] = {
         # The paper's sizes (a GPU box): awd-lstm-lm's PTB recipe, six configurations, three seeds, all domains,
         # 37 search trials within the appendix's bounds, a 12 x 768 GPT-2.
         "paper": dict(
-            domain="news", emb_size=400, hidden_size=1150, n_layers=3, dropout=0.4, dropouth=0.25, dropouti=0.4,
-            dropoute=0.1, wdrop=0.5, batch_size=20, bptt=70, eval_batch_size=10, test_batch_size=1, lr=30.0,
-            weight_decay=1.2e-6, grad_clip=0.25, alpha=2.0, beta=1.0, nonmono=5, max_epochs=500, max_steps=0,
+            domain="news", emb_size=400, hidden_size=1150, n_layers=3, batch_size=20, bptt=70, eval_batch_size=10,
+            test_batch_size=1, lr=30.0, nonmono=5, max_epochs=500, max_steps=0, **AWD_LSTM_REGULARISATION,
             evals_per_epoch=1, train_tokens=0, eval_tokens=0, vector_epochs=5, pretrain_sentences=0,
             configs="section3", seeds=[0, 1, 2], base_seeds=[],
             domains=["news", "books", "imdb", "irc", "reddit", "wikipedia"],
@@ -193,6 +203,7 @@ PRESETS: dict[str, dict[str, dict]] = {
     # in lmstudy.krony.published). Classes are the paper's factor shapes for our dims (96M: B=(2,1), 81M: B=(4,1),
     # 67M: tiny balanced factors); the trend (compare_class vs its distilled and scratch same-size models, ``seeds``)
     # starts from each base checkpoint in ``fractions``; the grid and Table 6 from the last, seed 0.
+    # ``base_overrides``: changes to the shared base's preset ("base" below), e.g. a dry run's budget; {} = none.
     # ``finetune_tokens``: every model's continued-training budget; the evaluation slices are the protocol's
     # (lmstudy.evaluation.EvalConfig; ``domains`` None = all held-out domains).
     "03_kronecker": {
@@ -202,7 +213,7 @@ PRESETS: dict[str, dict[str, dict]] = {
             inits=["van_loan", "prune", "random"], compare_class="81M", seeds=[0, 1], finetune_tokens=2048,
             finetune_lr=1e-3, evals_per_run=2, val_tokens=0, table6_class="67M", table6_factors=[1, 2, 4],
             distill_alpha=0.9, distill_temperature=2.0, wikitext_tokens=2000, lambada_examples=20, domains=["news"],
-            domain_documents=2, eval_batch_size=8,
+            domain_documents=2, eval_batch_size=8, base_overrides={},
         ),
         # The published run: the 3x192 shared base (37.5M tokens at 100%), 80 steps x 16 x 256 = 327,680 tokens of
         # continued training per model (0.87% of the base's budget), three seeds in the trend; evaluation slices:
@@ -212,7 +223,7 @@ PRESETS: dict[str, dict[str, dict]] = {
             inits=["van_loan", "prune", "random"], compare_class="81M", seeds=[0, 1, 2], finetune_tokens=327_680,
             finetune_lr=1e-3, evals_per_run=2, val_tokens=30_000, table6_class="67M", table6_factors=[1, 2, 4],
             distill_alpha=0.9, distill_temperature=2.0, wikitext_tokens=50_000, lambada_examples=500, domains=None,
-            domain_documents=10, eval_batch_size=8,
+            domain_documents=10, eval_batch_size=8, base_overrides={},
         ),
         # GPT-2 small's dims on a GPU (the paper-scale shared base, 1.17B tokens): ~10% of the base's tokens of
         # continued training, the paper's fine-tuning share; the whole test sets.
@@ -221,7 +232,7 @@ PRESETS: dict[str, dict[str, dict]] = {
             inits=["van_loan", "prune", "random"], compare_class="81M", seeds=[0, 1, 2], finetune_tokens=117_000_000,
             finetune_lr=3e-4, evals_per_run=5, val_tokens=0, table6_class="67M", table6_factors=[1, 2, 4],
             distill_alpha=0.9, distill_temperature=2.0, wikitext_tokens=0, lambada_examples=0, domains=None,
-            domain_documents=20, eval_batch_size=16,
+            domain_documents=20, eval_batch_size=16, base_overrides={},
         ),
     },
     # The shared base models (lmstudy.base): one BPE and one GPT-2 pretrained on every domain's

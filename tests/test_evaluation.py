@@ -273,3 +273,15 @@ def test_eval_command_on_a_folder_without_a_model_is_one_clear_line(tmp_path, ca
     assert main(["eval", str(tmp_path)]) == 2
     error = capsys.readouterr().err.strip()
     assert error.count("\n") == 0 and "not a Hugging Face model folder" in error
+
+
+def test_a_stream_shorter_than_one_window_is_scored_whole():
+    # A validation stream shorter than seq_len + 1 (a paper-scale context on a short slice) used to fail in unfold.
+    stream = torch.arange(10)
+    windows = list(eval_windows(stream, seq_len=1024, batch_size=4))
+    assert len(windows) == 1
+    x, y = windows[0]
+    assert x.tolist() == [list(range(9))] and y.tolist() == [list(range(1, 10))]
+    model = GPT2LMHeadModel(GPT2Config(vocab_size=16, n_positions=1024, n_embd=8, n_layer=1, n_head=2))
+    assert stream_loss(model, stream, seq_len=1024, batch_size=4) == pytest.approx(
+        stream_loss(model, stream, seq_len=9, batch_size=4), rel=1e-5)

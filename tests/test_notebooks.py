@@ -84,3 +84,17 @@ def test_study_cli_runs_quickstart_at_smoke_scale(isolated_env, tmp_path):
     assert not [o for o in outputs if o["output_type"] == "error"]
     assert any("max_steps = 20" in "".join(c["source"]) for c in cells)  # the override was injected
     assert (tmp_path / "figures" / "smoke" / "00_quickstart_loss.png").is_file()
+
+
+def test_every_scale_of_a_study_has_the_same_parameters():
+    """A notebook reads the same parameters at every scale, so no preset can lack a key of another and no -p
+    override is dropped (the paper presets once carried keys the notebooks lacked)."""
+    for study, scales in PRESETS.items():
+        keys = {scale: set(values) for scale, values in scales.items()}
+        assert all(k == keys["smoke"] for k in keys.values()), (study, {s: sorted(k ^ keys["smoke"])
+                                                                        for s, k in keys.items()})
+
+
+def test_yaml_11_boolean_words_stay_words():
+    assert parse_overrides([("mixed_precision", "no"), ("flag", "false"), ("x", "On")]) == {
+        "mixed_precision": "no", "flag": False, "x": "On"}

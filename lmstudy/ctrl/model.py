@@ -4,9 +4,9 @@
   as special tokens (``data.build_tokenizer``) and a small HF ``GPT2LMHeadModel`` built from a
   ``GPT2Config`` (the paper's CTRL is a 48-layer, 1.63B-parameter transformer with a 250k BPE
   vocabulary, trained on 140 GB; ours keeps the recipe, code first then text, at toy size).
-- **Fine-tuning** (paper scale): ``init_from`` names a causal-LM checkpoint (a folder, or a hub
-  id when the user has the weights, e.g. ``gpt2``); its tokenizer gets the code tokens as extra
-  special tokens and the embedding matrix grows to match. Everything else is the same code path.
+- **Fine-tuning** (paper scale): ``init_from`` names a causal-LM checkpoint (a folder, or a hub id
+  in the local Hugging Face cache, e.g. ``gpt2``: ``lmstudy.pretrained``); its tokenizer gets the code
+  tokens as extra special tokens and the embedding matrix grows to match. Everything else is the same code path.
 - Training is the shared loop (``lmstudy.training.train``) on ``data.MixtureTask``, inside the run
   cache (``lmstudy.runs.cached``): the run folder holds the tokenizer (``tokenizer/``, written
   before training so a resumed run encodes identically), the checkpoints, and the final model
@@ -15,7 +15,7 @@
   ``model.safetensors`` + ``config.json`` + the tokenizer files -- that transformers loads with
   ``AutoModelForCausalLM``/``AutoTokenizer``, plus ``control_codes.json`` (the codes and the
   training mixture, the prior of source attribution). ``dtype="float16"``/``"bfloat16"`` halves
-  it for a committed demo checkpoint; :func:`load_control_model` always loads float32 for CPU use.
+  it for a committed demo checkpoint; :func:`load_control_model` always loads float32 (on the GPU if any).
 - The weights kept are the best ones (lowest mean held-out loss over the codes).
 """
 
@@ -26,10 +26,11 @@ from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
 import torch
-from transformers import AutoModelForCausalLM, AutoTokenizer, GPT2Config, GPT2LMHeadModel
+from transformers import AutoModelForCausalLM, GPT2Config, GPT2LMHeadModel
 
 from lmstudy.ctrl.codes import code_token
 from lmstudy.ctrl.data import CodedTexts, MixtureConfig, build_task, build_tokenizer, load_coded_texts
+from lmstudy.pretrained import load_pretrained
 from lmstudy.runs import Run, cached, get_run
 from lmstudy.scales import preset
 from lmstudy.tokenization import load_tokenizer
@@ -111,12 +112,12 @@ def build_model(config: ControlConfig, tokenizer) -> GPT2LMHeadModel:
 
 
 def pretrained_with_codes(init_from: str, codes: list[str]):
-    """(model, tokenizer) of a causal-LM checkpoint, with the code tokens added as special tokens."""
-    tokenizer = AutoTokenizer.from_pretrained(init_from)
+    """(model, tokenizer) of a causal-LM checkpoint (a local folder or a cached hub id:
+    :func:`lmstudy.pretrained.load_pretrained`), with the code tokens added as special tokens."""
+    model, tokenizer, _ = load_pretrained(init_from)
     tokenizer.add_special_tokens({"additional_special_tokens": [code_token(name) for name in codes]})
-    model = AutoModelForCausalLM.from_pretrained(init_from, dtype=torch.float32)
     model.resize_token_embeddings(len(tokenizer))
-    return model, tokenizer
+    return model.train(), tokenizer
 
 
 # --------------------------------------------------------------------------------------------
@@ -151,8 +152,11 @@ def save_control_model(model, tokenizer, mixture: dict[str, float], path: str | 
     return path
 
 
-def load_control_model(path: str | Path, device: str | torch.device = "cpu") -> ControlModel:
-    """Load a folder written by :func:`save_control_model` (float32, eval mode, local files only)."""
+def load_control_model(path: str | Path, device: str | torch.device | None = None) -> ControlModel:
+    """Load a folder written by :func:`save_control_model` (float32, eval mode, local files only) onto ``device``
+    (None: the GPU when there is one, else the CPU)."""
+    if device is None:
+        device = "cuda" if torch.cuda.is_available() else "cpu"
     path = Path(path)
     if not (path / CODES_FILE).is_file():
         raise FileNotFoundError(f"{path} is not a control-code model: {CODES_FILE} is missing "

@@ -11,8 +11,8 @@ the shared base and measures the entity-use gap as a trend over fine-tuning step
 1. Base model (:func:`load_base`). ``smoke``/``cpu``: the shared base of ``base_scale``
    (:func:`lmstudy.base.study_base`, its full run; ``cpu``: GPT-2 3x192, context 256, 8k byte-level BPE, 37.5M
    tokens of six domains, disjoint from GUM, LitBank and LAMBADA); its ``identity`` names the weights in every
-   run config. ``paper``: real GPT-2 weights from ``init_from`` (a path or hub id; its tokenizer, else GPT-2's
-   BPE from the data dir).
+   run config. ``paper``: real GPT-2 weights from ``init_from`` (a local folder or a cached hub id:
+   :func:`lmstudy.pretrained.load_pretrained`; its tokenizer, else GPT-2's BPE from the data dir).
 2. Models from identical weights (:data:`VARIANTS`, :func:`initial_model`): GPT2E = :meth:`GPT2E.from_gpt2`
    (entity attention in every block, zero output projection, so it starts as exactly the base), GPT2 = the same
    with ``entity_layers=[]``, and the two ablations below. All are fine-tuned with the same data, batches,
@@ -93,6 +93,7 @@ from lmstudy.entity.probes import (
     tag_vocabulary, tagged_sentences,
 )
 from lmstudy.evaluation import lambada_examples, lambada_scores
+from lmstudy.pretrained import load_pretrained
 from lmstudy.runs import Run, atomic_write_json, cached, get_run, read_log, read_log_records
 from lmstudy.training import TrainConfig, count_parameters, kept_checkpoint, load_weights, train_and_restore
 
@@ -187,15 +188,11 @@ def load_base(config: EntityStudyConfig) -> StudyBase:
 def _load_base(base_scale: str, init_from: str) -> StudyBase:
     if not init_from:
         return study_base(base_scale)
-    from transformers import AutoTokenizer
-
-    model = GPT2LMHeadModel.from_pretrained(init_from)
-    try:
-        tokenizer = AutoTokenizer.from_pretrained(init_from)
-    except OSError:  # weights without tokenizer files: GPT-2's BPE from the data dir
-        from lmstudy.tokenization import gpt2_tokenizer
-
-        tokenizer = gpt2_tokenizer()
+    # A local folder or a cached hub id (weights without tokenizer files get GPT-2's BPE from the data dir).
+    model, tokenizer, _ = load_pretrained(init_from)
+    if not isinstance(model, GPT2LMHeadModel):
+        raise ValueError(f"init_from={init_from!r} holds a {type(model).__name__}; the entity study builds GPT2E "
+                         "from a GPT-2 (GPT2LMHeadModel) checkpoint")
     return StudyBase(model=model.eval(), tokenizer=tokenizer, name=init_from, fraction=1.0, tokens=0,
                      identity={"init_from": init_from})
 

@@ -73,6 +73,7 @@ from __future__ import annotations
 
 import copy
 import functools
+import json
 import math
 from dataclasses import asdict, dataclass, field, replace
 
@@ -187,6 +188,9 @@ class KronyConfig:
     domains: list | None = None  # held-out domains; None = all of the protocol's
     domain_documents: int = 20
     eval_batch_size: int = 8
+    # changes to the shared base's preset (lmstudy.scales "base"; "data" and "model" merge key by key), e.g. a
+    # paper-scale dry run's small budget (tests/test_paper_dry_run.py); {} = the preset as it is
+    base_overrides: dict = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.base_scale not in SCALES:
@@ -220,7 +224,7 @@ class KronyConfig:
     @property
     def recipe(self) -> BaseConfig:
         """The shared base's final run of ``base_scale`` (its batch, context, recipe and kept steps)."""
-        return final_config(self.base_scale)
+        return final_config(self.base_scale, **self.base_overrides)
 
     @property
     def finetune_steps(self) -> int:
@@ -276,31 +280,46 @@ class ModelSpec:
 # ---------------------------------------------------------------------------------------------------
 
 
+def _overrides(config: KronyConfig) -> str:
+    """``config.base_overrides`` as a cache key (JSON, sorted)."""
+    return json.dumps(config.base_overrides, sort_keys=True)
+
+
 @functools.lru_cache(maxsize=None)
-def _study_base(scale: str, fraction: float) -> StudyBase:
-    return study_base(scale, fraction)
+def _study_base(scale: str, fraction: float, overrides: str = "{}") -> StudyBase:
+    return study_base(scale, fraction, overrides=json.loads(overrides))
 
 
 def load_base(config: KronyConfig, fraction: float) -> StudyBase:
     """The base checkpoint ``fraction`` of ``config.base_scale``, with a private copy of its model."""
-    base = _study_base(config.base_scale, fraction)
+    base = _base(config, fraction)
     return StudyBase(model=copy.deepcopy(base.model), tokenizer=base.tokenizer, name=base.name,
                      fraction=base.fraction, tokens=base.tokens, identity=base.identity)
 
 
+def _base(config: KronyConfig, fraction: float) -> StudyBase:
+    """The shared base checkpoint ``fraction`` of ``config`` (its scale and overrides), loaded once per process."""
+    return _study_base(config.base_scale, fraction, _overrides(config))
+
+
+def _base_streams(config: KronyConfig) -> tuple[torch.Tensor, torch.Tensor]:
+    """The training and validation streams of ``config``'s shared base, read once per process."""
+    return _streams(config.base_scale, _overrides(config))
+
+
 @functools.lru_cache(maxsize=1)
-def _streams(scale: str) -> tuple[torch.Tensor, torch.Tensor]:
-    return base_streams(scale)  # ~0.9 GB of int64 at cpu scale: read once
+def _streams(scale: str, overrides: str = "{}") -> tuple[torch.Tensor, torch.Tensor]:
+    return base_streams(scale, overrides=json.loads(overrides))  # ~0.9 GB of int64 at cpu scale: read once
 
 
 def dense_width(config: KronyConfig) -> int:
     """The MLP width of the dense baselines: matched to the one-factor Krony model of ``compare_class``."""
-    return class_width(_study_base(config.base_scale, config.fractions[0]).model.config, config.compare_class)
+    return class_width(_base(config, config.fractions[0]).model.config, config.compare_class)
 
 
 def dense_config(config: KronyConfig) -> GPT2Config:
     """The dense baselines' GPT-2: the base's, with the MLP ``dense_width`` wide."""
-    tokenizer = _study_base(config.base_scale, config.fractions[0]).tokenizer
+    tokenizer = _base(config, config.fractions[0]).tokenizer
     return narrow_config(gpt2_config(config.recipe.model, tokenizer), dense_width(config))
 
 
@@ -368,7 +387,7 @@ def scratch_pretraining(config: KronyConfig) -> dict:
     recipe = config.recipe
 
     def fit(run: Run) -> dict:
-        train_ids, valid_ids = _streams(config.base_scale)
+        train_ids, valid_ids = _base_streams(config)
         torch.manual_seed(recipe.seed)  # as lmstudy.base.build_model
         model = GPT2LMHeadModel(dense_config(config))
         if recipe.compile:
@@ -471,7 +490,7 @@ def initial_model(config: KronyConfig, fraction: float, spec: ModelSpec, seed: i
 
 def _identity(config: KronyConfig, fraction: float, spec: ModelSpec, stage: str, seed: int | None) -> dict:
     """A run's config: the base checkpoint, the model, the protocol, and what else sets its weights."""
-    identity = {"stage": stage, "base": _study_base(config.base_scale, fraction).identity, "model": asdict(spec),
+    identity = {"stage": stage, "base": _base(config, fraction).identity, "model": asdict(spec),
                 "seed": seed, "protocol": config.protocol_identity()}
     if spec.kind != "krony":
         identity["n_inner"] = dense_width(config)
@@ -486,7 +505,7 @@ def initial_metrics(config: KronyConfig, fraction: float, spec: ModelSpec, seed:
     seed = seed if spec.seeded_init else None
 
     def fn(run: Run) -> dict:
-        base = _study_base(config.base_scale, fraction)
+        base = _base(config, fraction)
         model = initial_model(config, fraction, spec, seed or 0).to(_device())
         return {**protocol_metrics(model, base.tokenizer, config), "parameters": count_parameters(model)}
 
@@ -513,7 +532,7 @@ def continued_run(config: KronyConfig, fraction: float, spec: ModelSpec, seed: i
     def fn(run: Run) -> dict:
         base = load_base(config, fraction)
         model = initial_model(config, fraction, spec, seed)
-        train_ids, valid_ids = _streams(config.base_scale)
+        train_ids, valid_ids = _base_streams(config)
         task_args = dict(batch_size=config.recipe.batch_size, seq_len=config.recipe.model.seq_len,
                          eval_batch_size=2 * config.recipe.batch_size, max_eval_tokens=config.val_tokens or None,
                          seed=FINETUNE_SEED_OFFSET + seed)
@@ -537,7 +556,7 @@ def base_metrics(config: KronyConfig, fraction: float) -> dict:
         return {**protocol_metrics(base.model.to(_device()), base.tokenizer, config),
                 "parameters": count_parameters(base.model)}
 
-    identity = {"stage": "base", "base": _study_base(config.base_scale, fraction).identity,
+    identity = {"stage": "base", "base": _base(config, fraction).identity,
                 "protocol": config.protocol_identity()}
     return cached(STUDY, identity, fn)
 
@@ -568,7 +587,7 @@ def base_table(config: KronyConfig) -> pd.DataFrame:
     """The base at each checkpoint of ``fractions``: its training tokens and the protocol's scores."""
     rows = []
     for fraction in config.fractions:
-        base = _study_base(config.base_scale, fraction)
+        base = _base(config, fraction)
         metrics = base_metrics(config, fraction)
         rows.append({"checkpoint": base.name, "fraction": fraction, "base_tokens": base.tokens,
                      "parameters": metrics["parameters"], **{key: metrics[key] for key in METRICS}})
@@ -621,7 +640,7 @@ def trend_table(config: KronyConfig, init: str) -> pd.DataFrame:
              ModelSpec("scratch", config.compare_class)]
     rows = []
     for fraction in config.fractions:
-        tokens = _study_base(config.base_scale, fraction).tokens
+        tokens = _base(config, fraction).tokens
         for seed in config.seeds:
             for row in _models_at(config, fraction, specs, seed, f"trend {fraction:.0%} seed {seed}"):
                 rows.append({"fraction": fraction, "base_tokens": tokens, "seed": seed, **row})
