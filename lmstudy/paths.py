@@ -6,6 +6,10 @@ in CI and on a GPU box:
 - ``LMSTUDY_DATA``: the corpora, laid out as ``shared/data`` (see its MANIFEST.md). Default: the
   ``shared/data`` folder beside the checkout when it exists, else ``~/.cache/lmstudy/data``.
 - ``LMSTUDY_RUNS``: the run cache (checkpoints, metrics, executed notebooks). Default: ``runs/``.
+- ``LMSTUDY_USER_DATA``: corpora registered with ``python -m lmstudy data add`` (a copy of the text and its
+  split; :mod:`lmstudy.data.user_corpus`). Default: ``user_data/`` beside ``runs/`` in the checkout. Not
+  inside ``LMSTUDY_DATA``, which is shared and read-only by convention; not inside the run cache, which
+  may be deleted at any time while a registered corpus's split is the fixed reference of its results.
 - ``LMSTUDY_FIGURES``: figures and tables. Default: ``figures/``.
 - ``LMSTUDY_MODELS``: small models we commit (the app's demo checkpoint). Default: ``models/``.
 
@@ -34,6 +38,11 @@ def data_dir() -> Path:
 def runs_dir() -> Path:
     """The run cache: ``$LMSTUDY_RUNS``, else ``runs/`` in the checkout."""
     return Path(os.environ.get("LMSTUDY_RUNS", REPO_ROOT / "runs")).expanduser()
+
+
+def user_data_dir() -> Path:
+    """Registered user corpora: ``$LMSTUDY_USER_DATA``, else ``user_data/`` in the checkout (beside ``runs/``)."""
+    return Path(os.environ.get("LMSTUDY_USER_DATA", REPO_ROOT / "user_data")).expanduser()
 
 
 PUBLISHED_SCALE = "cpu"

@@ -1,16 +1,20 @@
-"""``lmstudy data list | verify | fetch``: the corpus catalogue on the command line.
+"""``lmstudy data list | verify | fetch | add``: the corpus catalogue on the command line.
 
-``register(subparsers)`` adds the three subcommands to the ``data`` command's subparsers; each sets
+``register(subparsers)`` adds the four subcommands to the ``data`` command's subparsers; each sets
 ``handler`` (a function ``args -> exit code``) as the parser default, which ``lmstudy.__main__`` calls.
 ``main(argv)`` runs them without ``__main__`` (tests, scripts): ``main(["verify", "ptb"])``.
 
 - ``data list [-v] [--no-count]``: one row per corpus: size on disk (MiB), word count computed here
   (cached; the first run counts every corpus, about a minute or two) beside MANIFEST.md's figure, the
   unit, whether they agree, present/missing, licence. ``-v`` adds the full licence, origin and counting
-  rule with the count per part. ``--no-count`` shows only counts already cached.
+  rule with the count per part. ``--no-count`` shows only counts already cached. Then the registered user
+  corpora (``data add``) with their parts' token counts.
 - ``data verify [NAMES...]``: sha256 of every file; exit 1 naming each missing or damaged file with its
   expected hash and the command that fixes it; exit 0 with one summary line when all is well.
 - ``data fetch NAME... [--base-url URL] [--dest DIR]``: download (see :mod:`lmstudy.data.fetch`).
+- ``data add NAME PATH [--text-column COL] [--unwrap] [--train-tokens N] [--force]``: register your own
+  corpus as a domain with fixed splits (see :mod:`lmstudy.data.add_corpus`); exit 1 with a one-line error
+  and nothing written when it cannot be registered.
 """
 
 from __future__ import annotations
@@ -31,13 +35,14 @@ from lmstudy.data.catalogue import (
     get_corpus,
     verify,
 )
-from lmstudy.paths import data_dir
+from lmstudy.data.user_corpus import corpus_info, registered_corpora
+from lmstudy.paths import data_dir, user_data_dir
 
 LICENCE_WIDTH = 60  # the table truncates long licence statements; `data list -v` prints them whole
 
 
 def register(subparsers) -> None:
-    """Add ``list``, ``verify`` and ``fetch`` to the ``data`` command's subparsers."""
+    """Add ``list``, ``verify``, ``fetch`` and ``add`` to the ``data`` command's subparsers."""
     listing = subparsers.add_parser("list", help="corpora: size, word counts vs MANIFEST.md, licence, presence")
     listing.add_argument("-v", "--verbose", action="store_true",
                          help="also print full licence, origin, counting rule and per-part counts")
@@ -54,6 +59,27 @@ def register(subparsers) -> None:
                           help="mirror serving <corpus>/<file> (default: $LMSTUDY_FETCH_BASE_URL, else the origins)")
     fetching.add_argument("--dest", type=Path, default=None, help="data directory to fill (default: $LMSTUDY_DATA)")
     fetching.set_defaults(handler=run_fetch)
+
+    adding = subparsers.add_parser(
+        "add", help="register your own corpus (.txt folder, .jsonl, .csv, datasets folder) as a domain",
+        description="Register PATH as user corpus NAME: copy its documents, normalise them as the bundled domains "
+        "are, split them into train/valid/test/pretrain with the same code (near-duplicates kept in one part) and "
+        "store it under $LMSTUDY_USER_DATA/NAME (default: user_data/ in the checkout). Then NAME works wherever a "
+        "domain does, e.g. python -m lmstudy study 01b_embedding_init_extended --scale cpu -p domain NAME. "
+        "Minimum size: the split targets plus a pretraining part as large as train (1,924,101 tokens by default). "
+        "Nothing is written when it fails.")
+    adding.add_argument("name", help="the corpus name: lower-case letters, digits, '_', '-' (not a bundled name)")
+    adding.add_argument("path", type=Path, help="a folder of .txt files (one document each), a .jsonl or .csv file "
+                        "(one document a row), or a Hugging Face datasets folder (save_to_disk)")
+    adding.add_argument("--text-column", default=None,
+                        help="the text's column in a .jsonl, .csv or datasets folder (default: text)")
+    adding.add_argument("--unwrap", action="store_true",
+                        help="join the lines of each blank-line separated paragraph (hard-wrapped prose)")
+    adding.add_argument("--train-tokens", type=int, default=887_521,
+                        help="the train part's target in tokens; valid and test scale with it (default: PTB's "
+                        "887,521, with valid 70,390 and test 78,669)")
+    adding.add_argument("--force", action="store_true", help="replace a registered corpus of the same name")
+    adding.set_defaults(handler=run_add)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -96,6 +122,7 @@ def run_list(args) -> int:
     for row in [header] + rows:
         cells = [cell.rjust(w) if i in right_aligned else cell.ljust(w) for i, (cell, w) in enumerate(zip(row, widths))]
         print("  ".join(cells).rstrip())
+    _print_user_corpora()
     if args.verbose:
         for corpus in CATALOGUE.values():
             print(f"\n{corpus.name}: {corpus.description}\n  licence: {corpus.licence}\n  origin: {corpus.origin}"
@@ -104,6 +131,28 @@ def run_list(args) -> int:
             for part, count in (parts or {}).items():
                 print(f"    {part}: {count:,}")
     return 0
+
+
+def _print_user_corpora() -> None:
+    """The registered user corpora: documents, tokens of each part, format and source."""
+    names = registered_corpora()
+    if not names:
+        print(f"\nuser corpora: none under {user_data_dir()} (add one with: python -m lmstudy data add NAME PATH)")
+        return
+    from lmstudy.data.splits import load_split
+
+    print(f"\nuser corpora under {user_data_dir()} (tokens after normalisation, <eos> included):")
+    header = ["corpus", "documents", "train", "valid", "test", "pretrain", "format", "source"]
+    rows = []
+    for name in names:
+        info, split = corpus_info(name), load_split(name)
+        rows.append([name, f"{sum(split.documents.values()):,}",
+                     *(f"{split.tokens[part]:,}" for part in ("train", "valid", "test", "pretrain")),
+                     info.format, info.source])
+    widths = [max(len(row[i]) for row in rows + [header]) for i in range(len(header))]
+    for row in [header] + rows:
+        cells = [cell.rjust(w) if 1 <= i <= 5 else cell.ljust(w) for i, (cell, w) in enumerate(zip(row, widths))]
+        print("  ".join(cells).rstrip())
 
 
 def run_verify(args) -> int:
@@ -140,6 +189,30 @@ def run_fetch(args) -> int:
         except (FetchError, OSError) as error:
             return _error(str(error), 1)
         print(f"{corpus.name}: ok ({folder})")
+    return 0
+
+
+def run_add(args) -> int:
+    """``data add``: register a user corpus; returns 0, or 1 with a one-line error (nothing written)."""
+    from lmstudy.data.add_corpus import CorpusError, add_corpus
+
+    started = time.perf_counter()
+    try:
+        registration = add_corpus(args.name, args.path, text_column=args.text_column, force=args.force,
+                                  train_tokens=args.train_tokens, unwrap=args.unwrap)
+    except CorpusError as error:
+        return _error(str(error), 1)
+    info, split = registration.info, registration.split
+    dropped = len(split.dropped)
+    print(f"registered {info.name!r} ({info.format}, {info.documents_read:,} documents, {info.words_read:,} words) "
+          f"in {registration.folder} ({time.perf_counter() - started:.1f} s)")
+    print(f"split (tokens after normalisation, <eos> included; {dropped:,} documents dropped as duplicates or empty, "
+          f"{split.dedup['clusters_of_several']:,} near-duplicate clusters kept whole):")
+    for part in ("train", "valid", "test", "pretrain"):
+        print(f"  {part:<8} {split.tokens[part]:>12,} tokens  {split.documents[part]:>9,} documents")
+    for run in registration.stale_runs:
+        print(f"warning: cached run {run} was trained on the replaced {info.name!r} and would be reused: delete it")
+    print(f"use it: python -m lmstudy study 01b_embedding_init_extended --scale cpu -p domain {info.name}")
     return 0
 
 

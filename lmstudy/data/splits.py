@@ -43,6 +43,12 @@ A document key is ``"<corpus>:<doc_id>"`` (the ``news`` domain mixes two corpora
 - ``books`` (LitBank novels) are cut into ~2,000-word chunks first (a novel is larger than the valid
   target), so chunks of one novel can fall into different splits (they share no text).
 
+User corpora (``python -m lmstudy data add NAME PATH``, :mod:`lmstudy.data.add_corpus`) are split by the same
+steps 1-4 (no leakage guard, no units; targets PTB's sizes unless ``--train-tokens`` scales them) and then
+behave as a domain everywhere here: :func:`get_domain` gives them :func:`user_domain`'s spec and
+:func:`split_path` their own ``split.json`` (:mod:`lmstudy.data.user_corpus`). They are not in ``DOMAINS``,
+so the leak test, the evaluation texts and the base model's stream never see them.
+
 Reading a split: :func:`load_split` (the JSON), :func:`split_documents` (streams the Documents of a
 part), :func:`split_tokens` / :func:`iter_split_sentences` / :func:`split_counts` (normalised tokens). The
 tokens come from a cache, ``runs_dir()/cache/tokens/<domain>.<part>.txt``, one sentence per line like
@@ -79,6 +85,7 @@ from lmstudy.data.dedup import (
     connected_components, coverage, near_duplicate_pairs, shared_shingle_counts, shingle_words, units_as_edges,
 )
 from lmstudy.data.documents import Document
+from lmstudy.data.user_corpus import is_registered, registered_corpora, user_split_path
 from lmstudy.paths import runs_dir
 from lmstudy.runs import atomic_write_text
 from lmstudy.text import NORMALISATION_VERSION, count_tokens, normalise_ptb
@@ -197,16 +204,31 @@ def iter_domain_documents(domain: str, limit: int | None = None) -> Iterator[tup
 
 def document_sentences(domain: str, document: Document) -> list[list[str]]:
     """The normalised sentences of a document of ``domain`` (verbatim lines for PTB)."""
-    if get_domain(domain).verbatim:
+    return _sentences(get_domain(domain), document)
+
+
+def _sentences(spec: DomainSpec, document: Document) -> list[list[str]]:
+    if spec.verbatim:
         return [line.split() for line in document.text.splitlines() if line.split()]
     return normalise_ptb(document.text)
 
 
+def user_domain(name: str) -> DomainSpec:
+    """The ``DomainSpec`` of a user corpus (``python -m lmstudy data add``): its one source is the registered
+    corpus itself, split like the bundled domains (no official parts, no leakage guard, no units)."""
+    return DomainSpec(sources=((name, {}),))
+
+
 def get_domain(domain: str) -> DomainSpec:
-    """The ``DomainSpec`` of ``domain``; a ``KeyError`` naming the domains with splits otherwise."""
-    if domain not in DOMAINS:
-        raise KeyError(f"unknown domain {domain!r}; domains with splits: {', '.join(DOMAINS)}")
-    return DOMAINS[domain]
+    """The ``DomainSpec`` of ``domain`` (a bundled domain or a registered user corpus); a ``KeyError`` naming
+    both otherwise."""
+    if domain in DOMAINS:
+        return DOMAINS[domain]
+    if is_registered(domain):
+        return user_domain(domain)
+    raise KeyError(f"unknown domain {domain!r}; domains with splits: {', '.join(DOMAINS)}; registered user "
+                   f"corpora: {', '.join(registered_corpora()) or 'none'} (add one with: python -m lmstudy data "
+                   "add NAME PATH)")
 
 
 # --- the leakage guard --------------------------------------------------------------------------
@@ -264,10 +286,12 @@ def _unit(spec: DomainSpec, key: str, document: Document) -> str | None:
     return "/".join(str(document.meta[name]) for name in spec.unit_meta)
 
 
-def read_domain(domain: str, documents: Iterable[tuple[str, Document]], drop_titles: Iterable[str] = ()) -> DomainTable:
+def read_domain(domain: str, documents: Iterable[tuple[str, Document]], drop_titles: Iterable[str] = (),
+                spec: DomainSpec | None = None) -> DomainTable:
     """Step 1-2 of the module docstring for ``documents`` ((key, Document) pairs): normalise and count
-    tokens, shingle the raw text, drop the evaluation articles and the empty documents."""
-    spec = get_domain(domain)
+    tokens, shingle the raw text, drop the evaluation articles and the empty documents. ``spec``: the
+    domain's spec when it is not registered yet (``data add`` splits before it registers), else looked up."""
+    spec = spec or get_domain(domain)
     drop_titles = {title.lower() for title in drop_titles}
     hasher = ShingleHasher()
     table = DomainTable({}, {}, {}, {}, ShingleSets.from_arrays([], []))
@@ -281,7 +305,7 @@ def read_domain(domain: str, documents: Iterable[tuple[str, Document]], drop_tit
         if document.title and document.title.lower() in drop_titles:
             table.dropped[key] = f"evaluation article: {document.title}"
             continue
-        sentences = document_sentences(domain, document)
+        sentences = _sentences(spec, document)
         if not sentences:
             table.dropped[key] = "empty after normalisation"
             continue
@@ -333,9 +357,10 @@ def _clusters(table: DomainTable, keys: list[str]) -> tuple[list[list[str]], dic
     return clusters, stats
 
 
-def split_table(domain: str, table: DomainTable, seed: int = 0, targets: SplitTargets = SplitTargets()) -> Split:
-    """Steps 2-4 of the module docstring on a :func:`read_domain` table."""
-    spec = get_domain(domain)
+def split_table(domain: str, table: DomainTable, seed: int = 0, targets: SplitTargets = SplitTargets(),
+                spec: DomainSpec | None = None) -> Split:
+    """Steps 2-4 of the module docstring on a :func:`read_domain` table (``spec``: as for :func:`read_domain`)."""
+    spec = spec or get_domain(domain)
     dropped = dict(table.dropped)
     order = sorted(table.tokens)  # reader order must not matter, only the seed
     kept_with_digest: dict[bytes, str] = {}
@@ -448,12 +473,15 @@ def build_all_splits(seed: int = 0) -> dict[str, Split]:
 # --- reading a saved split ----------------------------------------------------------------------
 
 def split_path(domain: str) -> Path:
-    """The committed split file of ``domain`` (``splits/<domain>.json``)."""
+    """The committed split file of ``domain`` (``splits/<domain>.json``); a registered user corpus's own
+    ``split.json`` (:mod:`lmstudy.data.user_corpus`)."""
+    if domain not in DOMAINS and is_registered(domain):
+        return user_split_path(domain)
     return SPLITS_DIR / f"{domain}.json"
 
 
 def load_split(domain: str) -> Split:
-    """The committed split of ``domain``."""
+    """The committed split of ``domain`` (a user corpus: the split ``data add`` wrote)."""
     get_domain(domain)
     path = split_path(domain)
     if not path.is_file():
@@ -831,4 +859,4 @@ __all__ = ["BASE_DOMAINS", "DOMAINS", "PARTS", "SHUFFLED_DOMAINS", "DomainSpec",
            "build_all_splits", "build_split", "build_token_cache", "document_key", "document_sentences",
            "domain_shingles", "evaluation_shingles", "iter_domain_documents", "iter_split_sentences",
            "load_split", "part_shingles", "read_domain", "split_counts", "split_documents", "split_path",
-           "split_table", "split_tokens", "token_file", "wikitext_eval_titles"]
+           "split_table", "split_tokens", "token_file", "user_domain", "wikitext_eval_titles"]
