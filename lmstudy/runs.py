@@ -23,6 +23,11 @@ saved config equals the requested one. Note that ``1`` and ``1.0`` are different
 Every file written here is written atomically (a temp file in the same folder, then
 ``os.replace``), so a crash never leaves a half-written ``metrics.json`` that would mark a broken
 run as complete.
+
+Several processes (``accelerate launch``, ``torchrun``: they set ``RANK`` and ``WORLD_SIZE``): every process
+runs ``cached``'s function (they train together, ``training.train`` writing from the main process only), only
+the main process writes ``config.json`` and ``metrics.json``, and the others wait for it before reading the
+metrics back, so every process returns the same saved metrics. The folder must be shared by the processes.
 """
 
 from __future__ import annotations
@@ -77,6 +82,18 @@ def atomic_write_json(path: str | os.PathLike, obj: Any) -> None:
     """Write ``obj`` as indented JSON, atomically. Serialisation happens before any file is touched."""
     text = json.dumps(to_jsonable(obj), indent=2, sort_keys=True, allow_nan=True) + "\n"
     atomic_write_text(path, text)
+
+
+def is_main_process() -> bool:
+    """False in the processes of a multi-process launch other than the first (``RANK`` > 0)."""
+    return int(os.environ.get("RANK", "0")) == 0
+
+
+def _wait_for_everyone() -> None:
+    if int(os.environ.get("WORLD_SIZE", "1")) > 1:
+        from accelerate import PartialState  # only here: the run cache itself needs no torch
+
+        PartialState().wait_for_everyone()
 
 
 # --------------------------------------------------------------------------------------------
@@ -182,7 +199,7 @@ def get_run(study: str, config: Any) -> Run:
                 f"run folder {path} holds a different config than the one requested "
                 "(a hash collision or a changed canonical form): move that folder away"
             )
-    else:
+    elif is_main_process():
         atomic_write_json(config_file, plain_config)
     return Run(study=study, config=plain_config, hash=run_hash, path=path)
 
@@ -192,6 +209,7 @@ def cached(study: str, config: Any, fn: Callable[[Run], dict]) -> dict:
 
     ``fn`` receives the Run so it can write its log and checkpoints there and resume from them
     after an interruption (``training.train`` does). If ``fn`` raises, nothing is marked done.
+    Under several processes every process runs ``fn``; the main one saves (module docstring).
     """
     run = get_run(study, config)
     if run.done:
@@ -201,7 +219,9 @@ def cached(study: str, config: Any, fn: Callable[[Run], dict]) -> dict:
         raise TypeError(
             f"the function given to cached() must return a dict of metrics, got {type(metrics).__name__}"
         )
-    run.save_metrics(metrics)
+    if is_main_process():
+        run.save_metrics(metrics)
+    _wait_for_everyone()
     return run.metrics  # the JSON round-trip: the same values a later cached() call returns
 
 

@@ -29,6 +29,13 @@ The task contract (subclass ``TrainTask``):
   ``best/`` always holds the weights its validation score was measured with.
 - ``task.optimizer`` is set by the loop to the optimizer in use (also after a resume or a
   switch), e.g. for ``eval_weights`` to swap in ASGD's averaged weights.
+- ``batch_lr(lr, batch)`` (optional): the learning rate of the step on ``batch`` given the scheduled one
+  (AWD-LSTM scales it by the window length); by default the scheduled one.
+- ``batch_weight(batch)`` (optional): how much a part of a batch counts in the batch's mean loss when the
+  loop cuts batches into parts (below): for a loss averaged over a varying number of tokens (padding), that
+  number; ``None`` (the default) when every part counts the same.
+- Every tensor of a batch holds the batch's rows on dimension 0 (tuples, lists, dicts and dataclasses of
+  tensors are fine), and so does every tensor of a stateful task's carry.
 
 Decisions:
 
@@ -58,9 +65,22 @@ Decisions:
   ``steps``, ``epochs`` (completed passes), ``best_step``, ``stopped_early``. After ``train`` the
   model object holds the *final* weights; ``train_and_restore`` (what the studies call) trains, loads
   the best weights back and optionally merges an evaluation of them into the metrics.
-- Several processes: each takes every n-th batch of ``batches(epoch)`` (complete groups only, so
-  all ranks make the same number of steps); every rank evaluates on the full validation data;
-  only the main process writes logs and checkpoints. Exact resume is guaranteed on one process.
+- Several processes and gradient accumulation (``TrainConfig.grad_accum_steps``): a batch of
+  ``batches(epoch)`` is always the *global* batch of one step. Every process builds the same batches and
+  cuts each into ``processes x grad_accum_steps`` equal parts along dimension 0 (``split_batch``, what
+  accelerate's ``split_batches=True`` does to a DataLoader's batches, also for dataclass batches, and
+  without sending batches between processes); process r trains on parts ``r*A .. r*A+A-1`` one after the
+  other inside ``accelerator.accumulate`` (A = grad_accum_steps), and DDP averages the gradients. A
+  part's loss is scaled by its ``batch_weight`` share, so the update is that of the whole batch on one
+  process (within float rounding: the sums are ordered differently). A stateful task keeps one carry per
+  part (row r of a part continues row r of the same part of the previous batch). Every process gets its
+  own seed (``seed + process index``, so dropout masks differ between parts) and its RNG states and carries
+  are gathered into the checkpoint, so a run resumes exactly with the same number of processes (another
+  number is refused). Every process evaluates; the main process's metrics are broadcast, so NT-ASGD and
+  early stopping decide the same everywhere. The logged loss and extras are the whole batch's (summed over
+  processes). Only the main process writes logs, checkpoints and best weights.
+  Launch: ``accelerate launch --multi_gpu --num_processes N script.py`` (CPU: with ``ACCELERATE_USE_CPU=1``,
+  gloo; see the README's "Scaling up").
 
 Log records (``log.jsonl``, one JSON object a line): ``{"kind": "train", "step", "epoch", "train_s",
 "lr", "loss", "grad_norm", **extras}`` every ``log_every`` steps (``train_s``: seconds spent in ``train()``
@@ -83,13 +103,15 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator
+from typing import Any, Callable, Iterable
 
 import numpy as np
 import torch
 from accelerate import Accelerator
 from accelerate.state import AcceleratorState, PartialState
-from accelerate.utils import send_to_device, set_seed
+from accelerate.utils import (GradientAccumulationPlugin, broadcast_object_list, gather_object, send_to_device,
+                               set_seed)
+from accelerate.utils.operations import honor_type
 from safetensors.torch import load_file, load_model, save_file, save_model
 from tqdm.auto import tqdm
 
@@ -125,14 +147,17 @@ class TrainConfig:
     mixed_precision: str = "no"  # "no" | "fp16" | "bf16"
     # Steps whose checkpoints are written and never deleted (the shared base keeps 10%/30%/100%).
     keep_checkpoints: tuple[int, ...] = ()
+    # Optimizer steps are taken on the whole batch in this many parts, one after the other (same update,
+    # less memory); the task's batch size must be a multiple of grad_accum_steps x processes.
+    grad_accum_steps: int = 1
 
     def __post_init__(self) -> None:
         if self.max_steps is None and self.max_epochs is None:
             raise ValueError("TrainConfig needs max_steps or max_epochs (or both)")
         for name in ("max_steps", "max_epochs", "eval_every", "checkpoint_every", "log_every",
-                     "early_stopping_patience"):
+                     "early_stopping_patience", "grad_accum_steps"):
             value = getattr(self, name)
-            if value is not None and (not isinstance(value, int) or value < 1):
+            if (value is not None or name == "grad_accum_steps") and (not isinstance(value, int) or value < 1):
                 raise ValueError(f"TrainConfig.{name} must be a positive integer or None, got {value!r}")
         if self.optimizer not in OPTIMIZERS:
             raise ValueError(f"TrainConfig.optimizer {self.optimizer!r} is not one of {OPTIMIZERS}")
@@ -192,6 +217,14 @@ class TrainTask:
     def eval_weights(self, model) -> contextlib.AbstractContextManager:
         return contextlib.nullcontext()
 
+    def batch_lr(self, lr: float, batch) -> float:
+        """The learning rate of the step on ``batch`` (the whole batch) given the scheduled ``lr``."""
+        return lr
+
+    def batch_weight(self, batch) -> float | None:
+        """How much this part of a batch counts in the batch's mean loss; None: every part the same."""
+        return None
+
 
 # --------------------------------------------------------------------------------------------
 # optimizer and schedule
@@ -232,11 +265,12 @@ def _adopt(optimizer: torch.optim.Optimizer) -> torch.optim.Optimizer:
     return optimizer
 
 
-def _set_lr(optimizer, config: TrainConfig, step: int) -> float:
+def _set_lr(optimizer, config: TrainConfig, step: int, task: TrainTask, batch) -> float:
+    """Set every group's lr for the step on ``batch``; returns the scheduled lr of the first group."""
     factor = lr_multiplier(step, config)
     for group in optimizer.param_groups:
-        group["lr"] = group["initial_lr"] * factor
-    return optimizer.param_groups[0]["lr"]
+        group["lr"] = task.batch_lr(group["initial_lr"] * factor, batch)
+    return optimizer.param_groups[0]["initial_lr"] * factor
 
 
 def _unwrap_optimizer(optimizer) -> torch.optim.Optimizer:
@@ -317,26 +351,32 @@ def _unpack_optimizer(info: dict, model: torch.nn.Module, tensors: dict) -> torc
     return optimizer
 
 
-def _pack_rng(tensors: dict) -> dict:
-    tensors["rng.torch"] = torch.get_rng_state()
-    cuda_states = torch.cuda.get_rng_state_all() if torch.cuda.is_available() else []
-    for i, state in enumerate(cuda_states):
-        tensors[f"rng.cuda.{i}"] = state
-    name, keys, pos, has_gauss, cached_gaussian = np.random.get_state(legacy=True)
+def _rng_state() -> dict:
+    """This process's python, numpy, torch and CUDA RNG states (plain objects, CPU tensors)."""
+    return {"python": random.getstate(), "numpy": np.random.get_state(legacy=True),
+            "torch": torch.get_rng_state(),
+            "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else []}
+
+
+def _pack_rng(rng: dict, tensors: dict, prefix: str = "rng") -> dict:
+    tensors[f"{prefix}.torch"] = rng["torch"]
+    for i, state in enumerate(rng["cuda"]):
+        tensors[f"{prefix}.cuda.{i}"] = state
+    name, keys, pos, has_gauss, cached_gaussian = rng["numpy"]
     return {
-        "python": _pack(random.getstate(), tensors, "rng.python"),
+        "python": _pack(rng["python"], tensors, f"{prefix}.python"),
         "numpy": [name, keys.tolist(), pos, has_gauss, cached_gaussian],
-        "cuda_devices": len(cuda_states),
+        "cuda_devices": len(rng["cuda"]),
     }
 
 
-def _unpack_rng(info: dict, tensors: dict) -> None:
+def _unpack_rng(info: dict, tensors: dict, prefix: str = "rng") -> None:
     random.setstate(_unpack(info["python"], tensors))
     name, keys, pos, has_gauss, cached_gaussian = info["numpy"]
     np.random.set_state((name, np.array(keys, dtype=np.uint32), pos, has_gauss, cached_gaussian))
-    torch.set_rng_state(tensors["rng.torch"])
+    torch.set_rng_state(tensors[f"{prefix}.torch"])
     if info["cuda_devices"] and torch.cuda.is_available() and torch.cuda.device_count() == info["cuda_devices"]:
-        torch.cuda.set_rng_state_all([tensors[f"rng.cuda.{i}"] for i in range(info["cuda_devices"])])
+        torch.cuda.set_rng_state_all([tensors[f"{prefix}.cuda.{i}"] for i in range(info["cuda_devices"])])
 
 
 # --------------------------------------------------------------------------------------------
@@ -359,7 +399,9 @@ def kept_checkpoint(run: Run, step: int) -> Path:
     return path
 
 
-def _save_checkpoint(run: Run, model, optimizer, state: TrainState, config: TrainConfig, carry) -> Path:
+def _save_checkpoint(run: Run, model, optimizer, state: TrainState, config: TrainConfig,
+                     ranks: list[dict]) -> Path:
+    """Write a checkpoint; ``ranks`` holds every process's ``{"rng": _rng_state(), "carry": ...}``."""
     run.checkpoint_dir.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(dir=run.checkpoint_dir, prefix=".tmp-"))
     tensors: dict[str, torch.Tensor] = {}
@@ -368,9 +410,16 @@ def _save_checkpoint(run: Run, model, optimizer, state: TrainState, config: Trai
         "train_state": dataclasses.asdict(state),
         "train_config": to_jsonable(config),
         "optimizer": _pack_optimizer(optimizer, model, tensors),
-        "rng": _pack_rng(tensors),
-        "carry": _pack(carry, tensors, "carry"),
+        # The main process's RNG and carry where one-process checkpoints have always kept them.
+        "rng": _pack_rng(ranks[0]["rng"], tensors),
+        "carry": _pack(ranks[0]["carry"], tensors, "carry"),
     }
+    if len(ranks) > 1:
+        payload["processes"] = len(ranks)
+        payload["other_ranks"] = [
+            {"rng": _pack_rng(r["rng"], tensors, f"rank{i}.rng"), "carry": _pack(r["carry"], tensors, f"rank{i}.carry")}
+            for i, r in enumerate(ranks[1:], start=1)
+        ]
     save_model(model, str(tmp / "model.safetensors"))
     save_file(tensors, str(tmp / "state.safetensors"))
     # state.json last: a folder is complete when it has one (see latest_checkpoint).
@@ -386,11 +435,17 @@ def _save_checkpoint(run: Run, model, optimizer, state: TrainState, config: Trai
     return final
 
 
-def _load_checkpoint(path: Path, model, config: TrainConfig):
-    """Restore weights and RNG; returns (optimizer, state, carry)."""
+def _load_checkpoint(path: Path, model, config: TrainConfig, rank: int = 0, processes: int = 1):
+    """Restore weights and process ``rank``'s RNG; returns (optimizer, state, carry of ``rank``)."""
     payload = json.loads((path / "state.json").read_text(encoding="utf-8"))
     if payload.get("format") != CHECKPOINT_FORMAT:
         raise ValueError(f"checkpoint {path} has format {payload.get('format')!r}, expected {CHECKPOINT_FORMAT}")
+    written_by = payload.get("processes", 1)
+    if written_by != processes:
+        raise ValueError(
+            f"checkpoint {path} was written by {written_by} process(es), this is {processes}: resume it with "
+            f"{written_by} (accelerate launch --num_processes {written_by}) or start a new run"
+        )
     # A field added to TrainConfig after the checkpoint was written counts as its default there.
     defaults = {f.name: to_jsonable(f.default) for f in dataclasses.fields(TrainConfig)
                 if f.default is not dataclasses.MISSING}
@@ -404,9 +459,10 @@ def _load_checkpoint(path: Path, model, config: TrainConfig):
     tensors = load_file(str(path / "state.safetensors"))
     load_model(model, str(path / "model.safetensors"))
     optimizer = _unpack_optimizer(payload["optimizer"], model, tensors)
-    _unpack_rng(payload["rng"], tensors)
+    mine = payload if rank == 0 else payload["other_ranks"][rank - 1]
+    _unpack_rng(mine["rng"], tensors, "rng" if rank == 0 else f"rank{rank}.rng")
     state = TrainState(**payload["train_state"])
-    carry = _unpack(payload["carry"], tensors)
+    carry = _unpack(mine["carry"], tensors)
     return optimizer, state, carry
 
 
@@ -457,17 +513,48 @@ def _truncate_log(path: Path, step: int) -> None:
     atomic_write_text(path, "".join(json.dumps(r) + "\n" for r in kept))
 
 
-def _shard(batches: Iterable[Any], rank: int, world: int) -> Iterator[Any]:
-    """Rank ``rank``'s share of the batches: one of each complete group of ``world``."""
-    if world == 1:
-        yield from batches
-        return
-    group = []
-    for batch in batches:
-        group.append(batch)
-        if len(group) == world:
-            yield group[rank]
-            group = []
+def split_batch(batch: Any, parts: int) -> list[Any]:
+    """``batch`` cut into ``parts`` equal parts along dimension 0 of every tensor it holds.
+
+    Tensors are cut with ``torch.chunk`` (views, no copy); tuples (named ones too), lists, dicts and dataclasses
+    are cut field by field; anything else (numbers, strings, 0-d tensors) is shared by every part. One part is
+    the batch itself.
+    """
+    if parts == 1:
+        return [batch]
+    if isinstance(batch, torch.Tensor):
+        if batch.dim() == 0:
+            return [batch] * parts
+        if batch.size(0) % parts:
+            raise ValueError(
+                f"a batch of {batch.size(0)} rows cannot be cut into {parts} equal parts (processes x "
+                f"TrainConfig.grad_accum_steps): make the task's batch size a multiple of {parts}"
+            )
+        return list(batch.chunk(parts))
+    if dataclasses.is_dataclass(batch) and not isinstance(batch, type):
+        fields = {f.name: split_batch(getattr(batch, f.name), parts) for f in dataclasses.fields(batch) if f.init}
+        return [dataclasses.replace(batch, **{name: cut[i] for name, cut in fields.items()}) for i in range(parts)]
+    if isinstance(batch, (tuple, list)):
+        cuts = [split_batch(value, parts) for value in batch]
+        return [honor_type(batch, (cut[i] for cut in cuts)) for i in range(parts)]
+    if isinstance(batch, dict):
+        cuts = {key: split_batch(value, parts) for key, value in batch.items()}
+        return [type(batch)({key: cut[i] for key, cut in cuts.items()}) for i in range(parts)]
+    return [batch] * parts
+
+
+def _part_scales(task: TrainTask, parts: list[Any]) -> list[float] | None:
+    """Factors that make the mean of the parts' scaled losses the whole batch's loss (None: all 1)."""
+    if len(parts) == 1:
+        return None
+    weights = [task.batch_weight(part) for part in parts]
+    if any(weight is None for weight in weights):
+        return None
+    weights = [float(weight) for weight in weights]
+    total = sum(weights)
+    if total <= 0:  # nothing to learn from in the whole batch: every part's loss counts the same (zero)
+        return None
+    return [len(parts) * weight / total for weight in weights]
 
 
 def _compute_loss(task: TrainTask, model, batch, carry):
@@ -498,27 +585,48 @@ def _final_metrics(state: TrainState) -> dict:
     return metrics
 
 
-def _make_accelerator(mixed_precision: str) -> Accelerator:
+def process_device() -> torch.device:
+    """The device of this process as accelerate assigns it: ``cuda:<local rank>`` under ``accelerate launch``
+    on GPUs, ``cuda`` / ``mps`` on one, else ``cpu``. What ``train`` trains on."""
+    return PartialState().device
+
+
+def _make_accelerator(mixed_precision: str, grad_accum_steps: int) -> Accelerator:
     previous = AcceleratorState._shared_state.get("_mixed_precision")
     if previous not in (None, mixed_precision) and PartialState().num_processes == 1:
         # accelerate allows one precision per process and asks for a restart otherwise; a notebook
         # that trains an fp32 model and then a bf16 one should not have to. In a single process
         # nothing of the previous Accelerator is used any more, so its shared state can go.
         AcceleratorState._reset_state()
-    return Accelerator(mixed_precision=mixed_precision)
+    launched = os.environ.get("ACCELERATE_GRADIENT_ACCUMULATION_STEPS")
+    if launched is not None and int(launched) != grad_accum_steps:
+        raise ValueError(
+            f"accelerate launch asks for {launched} gradient accumulation steps but TrainConfig.grad_accum_steps "
+            f"is {grad_accum_steps}: set TrainConfig.grad_accum_steps (part of the run's config) and launch "
+            "without --gradient_accumulation_steps"
+        )
+    # An explicit plugin: the number of parts is the run's config, never an environment variable.
+    return Accelerator(mixed_precision=mixed_precision,
+                       gradient_accumulation_plugin=GradientAccumulationPlugin(num_steps=grad_accum_steps))
 
 
 def train(model: torch.nn.Module, task: TrainTask, config: TrainConfig, run: Run) -> dict:
     """Train ``model`` on ``task`` into ``run`` (resuming from its checkpoint); returns final metrics."""
-    accelerator = _make_accelerator(config.mixed_precision)
+    accelerator = _make_accelerator(config.mixed_precision, config.grad_accum_steps)
     main = accelerator.is_main_process
-    set_seed(config.seed)  # python, numpy, torch (+ CUDA); a checkpoint's RNG states override it
+    rank, processes, accum = accelerator.process_index, accelerator.num_processes, config.grad_accum_steps
+    parts = processes * accum  # each global batch is cut into this many parts; this process trains `accum`
+    # python, numpy, torch (+ CUDA); seed + process index, so the processes' dropout masks differ. A
+    # checkpoint's RNG states (each process its own) override it.
+    set_seed(config.seed, device_specific=processes > 1)
 
     checkpoint = latest_checkpoint(run)
     if checkpoint is None:
         optimizer, state, carry = build_optimizer(model, config), TrainState(), None
     else:
-        optimizer, state, carry = _load_checkpoint(checkpoint, model, config)
+        optimizer, state, carry = _load_checkpoint(checkpoint, model, config, rank, processes)
+    # One carry per part this process trains (one-part checkpoints keep the bare carry, as they always did).
+    carries = [carry] if accum == 1 else list(carry or [None] * accum)
     if main:
         if run.checkpoint_dir.is_dir():  # temp folders of a checkpoint write that was cut short
             for tmp in run.checkpoint_dir.glob(".tmp-*"):
@@ -529,7 +637,7 @@ def train(model: torch.nn.Module, task: TrainTask, config: TrainConfig, run: Run
     model, optimizer = accelerator.prepare(model, _adopt(optimizer))
     task.optimizer = _unwrap_optimizer(optimizer)
     unwrapped = accelerator.unwrap_model(model)
-    carry = send_to_device(carry, accelerator.device)
+    carries = [send_to_device(c, accelerator.device) for c in carries]
     model.train()
 
     log_file = open(run.log_path, "a", encoding="utf-8") if main else None
@@ -543,6 +651,8 @@ def train(model: torch.nn.Module, task: TrainTask, config: TrainConfig, run: Run
         model.eval()
         with torch.no_grad(), task.eval_weights(unwrapped):
             metrics = {k: float(v) for k, v in task.evaluate(unwrapped).items()}
+            if processes > 1:  # one set of numbers decides everywhere (NT-ASGD, early stopping, best)
+                metrics = broadcast_object_list([metrics])[0]
             _track_best(metrics, periodic)
         model.train()
         return metrics
@@ -571,40 +681,62 @@ def train(model: torch.nn.Module, task: TrainTask, config: TrainConfig, run: Run
     def save_checkpoint() -> None:
         nonlocal saved_at
         accelerator.wait_for_everyone()
+        mine = {"rng": _rng_state(), "carry": send_to_device(carries[0] if accum == 1 else carries, "cpu")}
+        ranks = gather_object([mine]) if processes > 1 else [mine]  # every process's RNG states and carries
         if main:
-            _save_checkpoint(run, unwrapped, _unwrap_optimizer(optimizer), state, config, carry)
+            _save_checkpoint(run, unwrapped, _unwrap_optimizer(optimizer), state, config, ranks)
         saved_at = state.step
+
+    def batch_means(loss_sum, extras_sum: dict) -> tuple[float, dict]:
+        """The whole batch's loss and extras from this process's sums of its parts' scaled values."""
+        if parts == 1:
+            return loss_sum.item(), {k: float(v) for k, v in extras_sum.items()}
+        names = sorted(extras_sum)
+        values = torch.stack([torch.as_tensor(v, dtype=torch.float64, device=accelerator.device).reshape(())
+                              for v in (loss_sum, *(extras_sum[k] for k in names))])
+        values = (accelerator.reduce(values, "sum") / parts).tolist()
+        return values[0], dict(zip(names, values[1:]))
 
     clock = time.monotonic() - state.train_seconds  # time already spent before a resume counts too
     progress = tqdm(total=config.max_steps, initial=state.step, desc=f"{run.study}/{run.hash}",
                     **({} if main else {"disable": True}))
     try:
         while not _finished(state, config):
-            batches = _shard(task.batches(state.epoch), accelerator.process_index, accelerator.num_processes)
             # After a resume, skip the batches of this epoch the checkpoint has already trained on.
-            batches = itertools.islice(batches, state.batch_in_epoch, None)
+            batches = itertools.islice(task.batches(state.epoch), state.batch_in_epoch, None)
             for batch in batches:
-                lr = _set_lr(optimizer, config, state.step)
-                batch = send_to_device(batch, accelerator.device)
-                with accelerator.autocast():
-                    loss, extras, carry = _compute_loss(task, model, batch, carry)
-                accelerator.backward(loss)
-                grad_norm = None
-                if config.grad_clip is not None:
-                    grad_norm = accelerator.clip_grad_norm_(model.parameters(), config.grad_clip)
-                optimizer.step()
-                optimizer.zero_grad(set_to_none=True)
+                lr = _set_lr(optimizer, config, state.step, task, batch)
+                pieces = split_batch(batch, parts)
+                scales = _part_scales(task, pieces)
+                loss_sum, extras_sum, grad_norm = 0.0, {}, None
+                for k in range(accum):  # this process's parts, one after the other
+                    index = rank * accum + k
+                    with accelerator.accumulate(model):
+                        piece = send_to_device(pieces[index], accelerator.device)
+                        with accelerator.autocast():
+                            loss, extras, carries[k] = _compute_loss(task, model, piece, carries[k])
+                        if scales is not None:
+                            loss = loss * scales[index]
+                            extras = {name: value * scales[index] for name, value in extras.items()}
+                        accelerator.backward(loss)  # divides by accum; DDP averages over processes
+                        if accelerator.sync_gradients and config.grad_clip is not None:
+                            grad_norm = accelerator.clip_grad_norm_(model.parameters(), config.grad_clip)
+                        optimizer.step()  # accelerate steps (and zeroes) only on the last part
+                        optimizer.zero_grad(set_to_none=True)
+                    loss_sum = loss_sum + loss.detach()
+                    for name, value in extras.items():
+                        extras_sum[name] = extras_sum.get(name, 0.0) + value
                 state.step += 1
                 state.batch_in_epoch += 1
                 state.train_seconds = time.monotonic() - clock
                 progress.update(1)
 
                 if state.step % config.log_every == 0:  # .item() syncs with the GPU: only here
+                    loss_value, extras_values = batch_means(loss_sum, extras_sum)
                     record = {"kind": "train", "step": state.step, "epoch": state.epoch,
-                              "train_s": state.train_seconds, "lr": lr,
-                              "loss": loss.item(),
+                              "train_s": state.train_seconds, "lr": lr, "loss": loss_value,
                               "grad_norm": None if grad_norm is None else float(grad_norm)}
-                    record.update({k: float(v) for k, v in extras.items()})
+                    record.update(extras_values)
                     log(record)
                     progress.set_postfix(loss=f"{record['loss']:.4f}", refresh=False)
                 if config.eval_every is not None and state.step % config.eval_every == 0:
@@ -623,7 +755,7 @@ def train(model: torch.nn.Module, task: TrainTask, config: TrainConfig, run: Run
                     raise ValueError(f"{type(task).__name__}.batches({state.epoch}) yielded no batches")
                 state.epoch += 1
                 state.batch_in_epoch = 0
-                carry = None  # stateful tasks start every epoch afresh
+                carries = [None] * accum  # stateful tasks start every epoch afresh
 
         if state.last_eval_step != state.step:
             evaluate(periodic=False)

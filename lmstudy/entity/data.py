@@ -249,8 +249,14 @@ class EntityLMTask(TrainTask):
         return list(stream_batches(order, self.batch_size, self.seq_len, self.pad_id))
 
     def loss(self, model, batch: EntityBatch, carry):
-        loss, memory = batch_loss(model, batch, carry)  # GPT2E returns the memory detached (a value)
-        return loss, {}, memory
+        # Summed, then divided by the batch's target count: a batch (or a part of one, when the loop cuts it
+        # between processes) whose rows are all padding gives 0, not 0 / 0.
+        total, memory = batch_loss(model, batch, carry, reduction="sum")  # GPT2E returns the memory detached
+        return total / max(self.batch_weight(batch), 1), {}, memory
+
+    def batch_weight(self, batch: EntityBatch) -> int:
+        """The number of targets (what ``loss`` averages over), so parts of a batch count by their tokens."""
+        return int((batch.targets != IGNORE_INDEX).sum())
 
     def evaluate(self, model) -> dict[str, float]:
         loss = entity_stream_loss(model, self.valid_docs, self.seq_len, self.eval_batch_size or self.batch_size,

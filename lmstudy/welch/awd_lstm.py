@@ -275,15 +275,17 @@ class AWDLSTMTask(TrainTask):
             yield x, y
             start += length
 
+    def batch_lr(self, lr: float, batch) -> float:
+        """awd-lstm-lm: a window of length T updates with lr * T / bptt, so every token weighs the same.
+
+        The loop asks once per step, with the whole batch (every process and accumulation part shares its
+        window length). (torch's ASGD steps with the eta it computed from the previous step's lr: after the
+        switch the scaling lags one step, as it did in awd-lstm-lm.)"""
+        x, _ = batch
+        return lr * x.size(1) / self.bptt
+
     def loss(self, model, batch, carry):
         x, y = batch
-        if self.optimizer is not None:
-            # awd-lstm-lm: a window of length T updates with lr * T / bptt, so every token weighs the
-            # same. The loop resets group["lr"] from initial_lr before every step, so this lasts one step.
-            # (torch's ASGD steps with the eta it computed from the previous step's lr: after the switch
-            # the scaling lags one step, as it did in awd-lstm-lm.)
-            for group in self.optimizer.param_groups:
-                group["lr"] = group["lr"] * x.size(1) / self.bptt
         out = model(x, carry)
         ce = F.cross_entropy(out.logits.reshape(-1, out.logits.size(-1)).float(), y.reshape(-1))
         ar = self.alpha * out.output.pow(2).mean()
