@@ -312,8 +312,10 @@ def _split(name: str, documents_path: Path, targets: SplitTargets, source: str) 
             f"{MIN_TRAIN_TOKENS:,}; valid and test scale with it)")
     try:
         split = split_table(name, table, seed=0, targets=targets, spec=spec)
-    except ValueError as error:  # near-duplicate clusters too large to fill a part
-        raise CorpusError(f"corpus {source} cannot be split: {error}") from None
+    except ValueError as error:  # enough tokens, but near-duplicate clusters too large to fill a part
+        raise CorpusError(f"corpus {source} cannot be split: {error} (near-duplicate documents stay together and a "
+                          "cluster over half a part's target goes to pretrain, so near-copies cannot fill the parts)") \
+            from None
     if split.tokens["pretrain"] < targets.train:
         raise CorpusError(
             f"corpus {source} is too small: after near-duplicates are kept together only {split.tokens['pretrain']:,} "
