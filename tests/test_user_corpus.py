@@ -292,6 +292,7 @@ def test_notebook_01b_base_cell_runs_on_a_user_corpus(user_data, tmp_path):
 # --- the recommendation -----------------------------------------------------------------------------
 
 CONFIGS = {"standard": "tied/random,trainable",
+           "standard + pretraining": "tied/pretrained,trainable",
            "ours": "untied/in=pretrained,frozen/out=pretrained,trainable",
            "ours, not frozen": "untied/in=pretrained,trainable/out=pretrained,trainable"}
 
@@ -315,7 +316,7 @@ def test_recommendation_clear_winner():
     assert (advice.best, advice.config, advice.runner_up) == ("ours", CONFIGS["ours"], "ours, not frozen")
     assert advice.best_valid.mean == 95 and advice.best_valid.n == 3 and advice.best_test.mean == 97
     assert advice.margin.mean == pytest.approx(4.0) and advice.margin.std == pytest.approx(1.0)
-    assert advice.verdict == HOLDS and advice.seeds == 3
+    assert advice.verdict == HOLDS and advice.seeds == 3 and advice.ties == ()
     assert list(advice.ranking["label"]) == ["ours", "ours, not frozen", "standard"]
     assert advice.ranking["behind_best_pct"].iloc[-1] == pytest.approx(100 * 16 / 95)
     text = str(advice)
@@ -327,9 +328,13 @@ def test_recommendation_clear_winner():
 def test_recommendation_within_noise_and_single_seed():
     from lmstudy.welch.recommendation import recommend
 
-    close = recommend(results({"standard": [100, 104, 102], "ours": [101, 99, 103]}), "mine")
-    assert close.best == "ours" and close.verdict == WITHIN_NOISE
-    assert "within the seed spread (2.0): the two cannot be told apart" in str(close)
+    close = recommend(results({"standard": [100, 104, 102], "ours": [101, 99, 103],
+                               "ours, not frozen": [90, 150, 120], "standard + pretraining": [130, 131, 132]}), "mine")
+    assert close.best == "ours" and close.runner_up == "standard" and close.verdict == WITHIN_NOISE
+    # 19 behind with a std of 30 is noise too; 30 behind with stds 2 and 1 is not.
+    assert close.ties == ("standard", "ours, not frozen")
+    assert ("within the seed spread (2.0): at these seeds 'ours' cannot be told apart from 'standard', "
+            "'ours, not frozen'; any of them will do") in str(close)
     single = recommend(results({"standard": [100], "ours": [90]}), "mine")
     assert single.margin.mean == 10 and single.verdict == HOLDS  # the sign decides, as in lmstudy.claims
     assert "one seed per configuration" in str(single) and "single runs" in str(single)

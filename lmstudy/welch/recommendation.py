@@ -12,8 +12,9 @@ UNK cutoff K = 0, its own vectors, 1x data), the setting every table shares and 
   :mod:`lmstudy.claims` (:func:`~lmstudy.claims.effect`: its std is the larger of the two seed stds);
 - the verdict is :func:`~lmstudy.claims.verdict_of` the margin: ``holds`` = a clear choice (the margin is
   larger than the seed spread), ``within noise`` = the best two cannot be told apart at these seeds (the
-  text says so and how to add seeds); with one seed per configuration there is no spread to compare with
-  and the text says that the choice rests on one run.
+  text names every configuration within the seed spread of the best, ``ties``, and how to add seeds);
+  with one seed per configuration there is no spread to compare with and the text says that the choice
+  rests on single runs.
 """
 
 from __future__ import annotations
@@ -63,6 +64,7 @@ class Recommendation:
     margin: Spread | None        # runner-up minus best (validation perplexity), std by the claims noise rule
     verdict: str                 # holds (a clear choice) | within noise | not run (one configuration)
     ranking: pd.DataFrame        # one row per configuration, best first
+    ties: tuple[str, ...] = ()   # the others within the seed spread of the best (the noise rule), in rank order
 
     @property
     def seeds(self) -> int:
@@ -85,8 +87,10 @@ class Recommendation:
         elif self.verdict == HOLDS:
             lines.append(f"{lead}, larger than the seed spread ({self.margin.std:.1f}): a clear choice.")
         else:
-            lines.append(f"{lead}, within the seed spread ({self.margin.std:.1f}): the two cannot be told apart at "
-                         f"these seeds; either will do (more seeds with -p base_seeds would separate them).")
+            tied = ", ".join(repr(label) for label in self.ties)
+            lines.append(f"{lead}, within the seed spread ({self.margin.std:.1f}): at these seeds {self.best!r} cannot "
+                         f"be told apart from {tied}; any of them will do (more seeds, e.g. -p base_seeds "
+                         "'[1, 2, 3, 4]', would separate them).")
         standard = self.ranking[self.ranking["label"] == "standard"]
         if self.best != "standard" and len(standard):
             row = standard.iloc[0]
@@ -120,8 +124,10 @@ def recommend(tables: pd.DataFrame | list[pd.DataFrame], domain: str) -> Recomme
     runner_up = order[1]
     margin = effect(valid[best], valid[runner_up], better="lower")
     verdict = WITHIN_NOISE if margin.mean == 0 else verdict_of(margin)  # a tie is no choice
+    ties = tuple(label for label in order[1:] if valid[label].mean == valid[best].mean
+                 or verdict_of(effect(valid[best], valid[label], better="lower")) == WITHIN_NOISE)
     return Recommendation(domain, best, configs[best], valid[best], test[best], runner_up, valid[runner_up], margin,
-                          verdict, ranking)
+                          verdict, ranking, ties)
 
 
 __all__ = ["Recommendation", "base_cell_runs", "recommend"]
