@@ -23,8 +23,19 @@ Design decisions:
 - Storage: any Optuna RDB URL. Default ``sqlite:///<runs_dir()>/optuna.db``; ``postgresql://...``
   lets several workers on several machines share one study (they must also share the run cache
   folder, ``$LMSTUDY_RUNS``, or each trains its own copy of a run). Heartbeats every 60 s.
-  Two workers starting the same sample at the same instant is possible but harmless for the study
-  (the second one sees a RUNNING twin and prunes itself before training).
+  ``postgresql://`` (and ``postgres://``) URLs use psycopg 3 (``postgresql+psycopg://``, the optional
+  extra ``lmstudy[postgres]``); without it the error names the extra to install.
+- Workers starting together on a fresh database: Optuna's ``RDBStorage`` creates its tables and enum
+  types with ``CREATE`` statements that race (one worker dies with ``UniqueViolation ... CREATE TYPE
+  studydirection``), and setting the study's user attribute races the same way. ``load_study`` does both
+  under a PostgreSQL session advisory lock (``pg_advisory_lock``), so the workers create and load the
+  schema and the study one after the other. Chosen over retrying on the integrity error: the lock is one
+  statement, nothing is half created when a worker proceeds, and no error types of SQLAlchemy / psycopg
+  have to be recognised. It is held only while the study is opened, not while trials run.
+- Two workers can enqueue the same sample at the same instant. Only the lowest-numbered live trial of a
+  sample trains: a trial prunes itself before training when its sample has a COMPLETE trial or a WAITING /
+  RUNNING one with a lower number (that one will train, or, if its worker dies, fail by heartbeat and be
+  enqueued again), so no sample is trained twice and none is lost.
 - Bounds (appendix C.2, in awd-lstm-lm's argument names) "scaled to our model sizes": rates and
   dropouts keep the paper's bounds; ``nhid`` keeps its ratio to the default 1150 (650/1150 to
   1650/1150 of our preset's hidden size); ``nlayers`` is [2, 5] in the paper and narrower in the
@@ -53,8 +64,9 @@ import argparse
 import math
 import time
 import warnings
+from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Callable, Iterator
 
 import matplotlib.pyplot as plt
 import numpy as np
@@ -63,6 +75,7 @@ import pandas as pd
 import seaborn as sns
 
 from lmstudy.paths import runs_dir
+from lmstudy.runs import to_jsonable
 
 BASELINE = "tied/random,trainable"  # the standard approach
 OURS = "untied/in=pretrained,frozen/out=pretrained,trainable"  # the proposed approach
@@ -127,10 +140,56 @@ def default_storage() -> str:
     return f"sqlite:///{runs_dir() / 'optuna.db'}"
 
 
+POSTGRES_EXTRA = "pip install 'lmstudy[postgres]'"
+# Any fixed 64-bit key: the advisory lock lmstudy takes while it opens a study (only lmstudy takes it).
+SCHEMA_LOCK_KEY = 0x6C6D7374756479  # "lmstudy"
+
+
+def storage_url(url: str) -> str:
+    """The SQLAlchemy URL of ``--storage``: the default SQLite file for "", psycopg 3 for ``postgresql://``.
+
+    Raises ValueError (one line, naming the extra to install) when a PostgreSQL URL's driver is missing.
+    """
+    if not url:
+        return default_storage()
+    scheme, sep, rest = url.partition("://")
+    if scheme in ("postgresql", "postgres"):  # SQLAlchemy's default driver would be psycopg2, not declared
+        scheme = "postgresql+psycopg"
+    driver = {"postgresql+psycopg": "psycopg", "postgresql+psycopg2": "psycopg2"}.get(scheme)
+    if driver is not None:
+        try:
+            __import__(driver)
+        except ImportError:
+            raise ValueError(f"--storage {scheme}:// needs the PostgreSQL driver {driver}, which is not installed: "
+                             f"{POSTGRES_EXTRA}") from None
+    return f"{scheme}{sep}{rest}"
+
+
 def _storage(url: str) -> optuna.storages.RDBStorage:
     with warnings.catch_warnings():  # heartbeats are marked experimental
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-        return optuna.storages.RDBStorage(url or default_storage(), heartbeat_interval=60, grace_period=180)
+        return optuna.storages.RDBStorage(url, heartbeat_interval=60, grace_period=180)
+
+
+@contextmanager
+def _schema_lock(url: str) -> Iterator[None]:
+    """On PostgreSQL, a session advisory lock held inside the block (module docstring); elsewhere nothing."""
+    if not url.startswith("postgresql"):
+        yield
+        return
+    import sqlalchemy
+    from sqlalchemy.pool import NullPool
+
+    engine = sqlalchemy.create_engine(url, poolclass=NullPool)
+    try:
+        with engine.connect() as connection:
+            connection.execute(sqlalchemy.text("SELECT pg_advisory_lock(:key)"), {"key": SCHEMA_LOCK_KEY})
+            try:
+                yield
+            finally:
+                connection.execute(sqlalchemy.text("SELECT pg_advisory_unlock(:key)"), {"key": SCHEMA_LOCK_KEY})
+    finally:
+        engine.dispose()
 
 
 def run_configs(base: dict, params: dict):
@@ -142,10 +201,19 @@ def run_configs(base: dict, params: dict):
 
 
 def load_study(config: SearchConfig) -> optuna.Study:
-    """The Optuna study of ``config``, created or loaded: two objectives minimised, seeded random sampler."""
-    return optuna.create_study(study_name=config.study_name, storage=_storage(config.storage),
-                               directions=["minimize", "minimize"], load_if_exists=True,
-                               sampler=optuna.samplers.RandomSampler(seed=config.seed))
+    """The Optuna study of ``config``, created or loaded: two objectives minimised, seeded random sampler.
+
+    Its user attribute ``search`` records what the samples are drawn from. Safe when several workers open a
+    study on a fresh PostgreSQL database at once (module docstring)."""
+    url = storage_url(config.storage)
+    record = {"space": {k: list(v) for k, v in config.space.bounds.items()}, "seed": config.seed, "base": config.base}
+    with _schema_lock(url):
+        study = optuna.create_study(study_name=config.study_name, storage=_storage(url),
+                                    directions=["minimize", "minimize"], load_if_exists=True,
+                                    sampler=optuna.samplers.RandomSampler(seed=config.seed))
+        if study.user_attrs.get("search") != to_jsonable(record):
+            study.set_user_attr("search", record)
+    return study
 
 
 def _index(trial) -> int | None:
@@ -165,16 +233,16 @@ def run_search(config: SearchConfig, run_fn: Callable | None = None, poll_s: flo
         from lmstudy.welch.study import run as run_fn
     samples = sample_trials(config.space, config.n_trials, config.seed)
     study = load_study(config)
-    # What the samples were drawn from, for the record (the default study name hashes the same).
-    study.set_user_attr("search", {"space": {k: list(v) for k, v in config.space.bounds.items()},
-                                   "seed": config.seed, "base": config.base})
     distributions = config.space.distributions()
+    State = optuna.trial.TrialState
 
     def objective(trial: optuna.Trial) -> tuple[float, float]:
         index = _index(trial)
+        # Another worker enqueued this sample at the same instant: the lowest-numbered live trial trains.
         twins = [t for t in study.get_trials(deepcopy=False) if t.number != trial.number and _index(t) == index
-                 and t.state in (optuna.trial.TrialState.RUNNING, optuna.trial.TrialState.COMPLETE)]
-        if twins:  # another worker took this sample at the same instant
+                 and (t.state == State.COMPLETE
+                      or (t.state in (State.RUNNING, State.WAITING) and t.number < trial.number))]
+        if twins:
             raise optuna.TrialPruned(f"sample {index} is already trial {twins[0].number}")
         params = {name: trial.suggest_int(name, int(d.low), int(d.high)) if name in INTEGER
                   else trial.suggest_float(name, d.low, d.high) for name, d in distributions.items()}
@@ -333,7 +401,9 @@ def register(subparsers) -> None:
         "01b at a scale; prints the per-trial table and the expected validation performance.")
     parser.add_argument("--scale", choices=("smoke", "cpu", "paper"), default="smoke")
     parser.add_argument("--n-trials", type=int, default=None, help="total samples of the study (default: preset)")
-    parser.add_argument("--storage", default="", help="Optuna RDB URL (default: sqlite:///runs/optuna.db)")
+    parser.add_argument("--storage", default="",
+                        help="Optuna RDB URL (default: sqlite:///runs/optuna.db); several workers share a study "
+                        "with postgresql://USER:PASSWORD@HOST/DB (needs: pip install 'lmstudy[postgres]')")
     parser.add_argument("--study-name", default="", help="default: welch-fig1-SCALE-<hash of the settings>")
     parser.add_argument("--seed", type=int, default=None)
     parser.set_defaults(handler=_cli)
@@ -348,6 +418,6 @@ def _cli(args: argparse.Namespace) -> int:
 
 
 __all__ = ["BASELINE", "OURS", "PAPER_BOUNDS", "PAPER_TUNED", "SearchConfig", "SearchSpace", "best_params_table",
-           "best_run_overrides",
+           "best_run_overrides", "storage_url",
            "default_storage", "evp_figure", "evp_table", "expected_best", "load_study", "register", "run_configs",
            "run_search", "sample_trials", "scatter_figure", "search_config", "search_table"]
