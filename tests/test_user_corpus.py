@@ -10,6 +10,7 @@ import csv
 import json
 import random
 import re
+import shutil
 from pathlib import Path
 
 import pandas as pd
@@ -187,6 +188,7 @@ def punctuation_only(tmp: Path) -> Path:
     (lambda tmp: write_corpus(tmp, "jsonl", make_texts()).rename(tmp / "corpus.pdf"), {},
      "unsupported file type '.pdf'"),
     (lambda tmp: (tmp / "folder").mkdir() or tmp / "folder", {}, "holds no .txt files and is not a Hugging Face"),
+    (lambda tmp: (tmp / "one.txt").write_text("a b c") and tmp / "one.txt", {}, "is a single .txt file: put the"),
     (binary_file, {}, "is not a text file"),
     (latin1_file, {}, r"is not UTF-8 text \(byte 0xe9"),
     (lambda tmp: (tmp / "bad.jsonl").write_text('{"text": "a"}\n{"text": \n') and tmp / "bad.jsonl", {},
@@ -261,6 +263,12 @@ def test_registered_name_needs_force_and_force_replaces(user_data, tmp_path):
     assert second.info.documents_sha256 != first.info.documents_sha256
     assert load_split("mine").sources == [["mine", {"documents": "documents.jsonl",
                                                     "sha256": second.info.documents_sha256}]]
+    # So is one left by a corpus deleted by hand and added again; a run of another name is not.
+    other = run.with_name("def456")
+    other.mkdir()
+    (other / "config.json").write_text(json.dumps({"domain": "mine2", "seed": 0}))
+    shutil.rmtree(user_data / "mine")
+    assert add_corpus("mine", path, train_tokens=TRAIN_TOKENS).stale_runs == (run,)
 
 
 def test_unknown_names_list_the_registered_corpora(user_data, tmp_path):

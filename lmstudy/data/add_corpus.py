@@ -43,7 +43,8 @@ Every file must be UTF-8 (a byte-order mark is allowed). What happens, in order:
    removed (and the user-data folder too when this call created it): nothing is left behind.
 
 ``--force`` replaces a registered corpus of the same name. Runs in the run cache are keyed by the domain
-*name*, so runs trained on the old text would be reused as they are: :func:`add_corpus` lists them
+*name*, so runs trained on the old text (of a replaced corpus, or of one deleted by hand and added again)
+would be reused as they are: :func:`add_corpus` lists every cached run whose config names the corpus
 (``Registration.stale_runs``) and the command prints them; delete them or register under a new name.
 """
 
@@ -152,6 +153,9 @@ def detect_format(path: Path) -> str:
         return JSONL
     if suffix == ".csv":
         return CSV
+    if suffix == ".txt":  # one file would be one document: a corpus is many
+        raise CorpusError(f"{path} is a single .txt file: put the documents in a folder, one .txt file each, and "
+                          "give the folder (or use a .jsonl or .csv file with one document a row)")
     raise CorpusError(f"unsupported file type {suffix or '(none)'!r} of {path}: give {FORMATS_HELP}")
 
 
@@ -325,10 +329,10 @@ def _split(name: str, documents_path: Path, targets: SplitTargets, source: str) 
 
 
 def stale_runs(name: str) -> list[Path]:
-    """Run folders of the run cache whose config names ``name`` (as a value: a domain, a vector source)."""
-    needle = json.dumps(name)
+    """Run folders of the run cache whose config names ``name`` as a value (a domain, a vector source)."""
+    needle = json.dumps(name)  # the quoted string: "mine" matches the value "mine", not "mine2"
     return sorted(path.parent for path in runs_dir().glob("*/*/config.json")
-                  if needle in path.read_text(encoding="utf-8"))
+                  if needle in path.read_text(encoding="utf-8", errors="replace"))
 
 
 def add_corpus(name: str, path: str | os.PathLike, text_column: str | None = None, force: bool = False,
@@ -361,22 +365,31 @@ def add_corpus(name: str, path: str | os.PathLike, text_column: str | None = Non
         (folder / SPLIT_FILE).write_text(split.to_json(), encoding="utf-8")
         (folder / INFO_FILE).write_text(info.to_json(), encoding="utf-8")
         os.chmod(folder, 0o755)  # mkdtemp makes it private; a corpus is an ordinary shared folder
-        final = user_corpus_dir(name)
-        if final.exists():  # --force (check_name refused it otherwise): swap, then delete the old one
-            old = Path(tempfile.mkdtemp(dir=root, prefix=f".{name}.replaced-"))
-            os.replace(final, old / name)
-            os.replace(folder, final)
-            shutil.rmtree(old)
-            stale = tuple(stale_runs(name))
-        else:
-            os.replace(folder, final)
-            stale = ()
+        _move_into_place(folder, user_corpus_dir(name))
     except BaseException:  # KeyboardInterrupt included: leave nothing behind
         shutil.rmtree(folder, ignore_errors=True)
         if created_root and not any(root.iterdir()):
             root.rmdir()
         raise
-    return Registration(info, split, final, stale)
+    # Runs cached before this registration were trained on other text (a replaced or deleted corpus of this name).
+    return Registration(info, split, user_corpus_dir(name), tuple(stale_runs(name)))
+
+
+def _move_into_place(folder: Path, final: Path) -> None:
+    """Rename the finished ``folder`` to ``final``; a corpus already there (``--force``) is swapped out and
+    deleted, and put back when the rename fails."""
+    if not final.exists():
+        os.replace(folder, final)
+        return
+    old = Path(tempfile.mkdtemp(dir=final.parent, prefix=f".{final.name}.replaced-"))
+    os.replace(final, old / final.name)
+    try:
+        os.replace(folder, final)
+    except BaseException:
+        os.replace(old / final.name, final)
+        old.rmdir()
+        raise
+    shutil.rmtree(old)
 
 
 __all__ = ["CSV", "FORMATS", "HF_DATASETS", "JSONL", "MIN_TRAIN_TOKENS", "TXT_FOLDER", "CorpusError", "Registration",
