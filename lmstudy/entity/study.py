@@ -95,7 +95,9 @@ from lmstudy.entity.probes import (
 from lmstudy.evaluation import lambada_examples, lambada_scores
 from lmstudy.pretrained import load_pretrained
 from lmstudy.runs import Run, atomic_write_json, cached, get_run, read_log, read_log_records
-from lmstudy.training import TrainConfig, count_parameters, kept_checkpoint, load_weights, train_and_restore
+from lmstudy.training import (
+    TrainConfig, count_parameters, kept_checkpoint, load_weights, process_device, train_and_restore,
+)
 
 STUDY = "02_entity_shared"
 # The fine-tuned models: name -> GPT2EConfig entity options. GPT2 and GPT2E are the paper's comparison; the
@@ -326,7 +328,7 @@ def finetuned_model(config: EntityStudyConfig, name: str, seed: int) -> tuple[GP
     base = load_base(config)
     model = initial_model(base.model, name, seed)
     load_weights(model, get_run(STUDY, _finetune_config(config, name, seed)), "best")
-    device = "cuda" if torch.cuda.is_available() else "cpu"  # the probes' forward passes (paper scale: a GPU)
+    device = process_device()  # the probes' forward passes: this process's GPU (cuda:<local rank>) when there is one
     return model.to(device).eval(), base.tokenizer
 
 
@@ -528,7 +530,7 @@ def step_time_run(config: EntityStudyConfig) -> dict:
 
     def fn(run: Run) -> dict:
         base = load_base(config)
-        device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+        device = process_device()  # this process's device, as training uses (cuda:<local rank> under a launch)
         docs = study_documents(config, base.tokenizer)
         task = EntityLMTask(docs["train"], docs["valid"], batch_size=config.batch_size, seq_len=config.seq_len,
                             pad_id=base.tokenizer.eos_token_id)
