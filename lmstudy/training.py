@@ -598,12 +598,11 @@ def _make_accelerator(mixed_precision: str, grad_accum_steps: int) -> Accelerato
         # that trains an fp32 model and then a bf16 one should not have to. In a single process
         # nothing of the previous Accelerator is used any more, so its shared state can go.
         AcceleratorState._reset_state()
-    launched = os.environ.get("ACCELERATE_GRADIENT_ACCUMULATION_STEPS")
-    if launched is not None and int(launched) != grad_accum_steps:
+    asked = os.environ.get("ACCELERATE_GRADIENT_ACCUMULATION_STEPS", "")
+    if asked.isdigit() and int(asked) != grad_accum_steps:
         raise ValueError(
-            f"accelerate launch asks for {launched} gradient accumulation steps but TrainConfig.grad_accum_steps "
-            f"is {grad_accum_steps}: set TrainConfig.grad_accum_steps (part of the run's config) and launch "
-            "without --gradient_accumulation_steps"
+            f"ACCELERATE_GRADIENT_ACCUMULATION_STEPS={asked} but TrainConfig.grad_accum_steps is {grad_accum_steps}: "
+            "set TrainConfig.grad_accum_steps (part of the run's config) and unset the variable"
         )
     # An explicit plugin: the number of parts is the run's config, never an environment variable.
     return Accelerator(mixed_precision=mixed_precision,
