@@ -147,6 +147,20 @@ def test_parts_of_a_batch_count_by_their_weight_and_the_lr_is_set_once_per_step(
     assert torch.allclose(weight_parts, weight_whole, rtol=1e-6, atol=1e-7)
 
 
+def test_the_run_cache_writes_from_the_main_process_only(tmp_path, monkeypatch):
+    """Process 1 of a launch runs the function (it trains too) but writes neither config.json nor metrics.json."""
+    from lmstudy.runs import cached, get_run
+
+    monkeypatch.setenv("RANK", "1")  # WORLD_SIZE stays unset: no barrier to wait at
+    calls = []
+    assert cached("ranks", {"a": 1}, lambda run: calls.append(run) or {"loss": 1.0}) is None
+    run = calls[0]
+    assert not (run.path / "config.json").exists() and not run.done
+    monkeypatch.setenv("RANK", "0")
+    assert cached("ranks", {"a": 1}, lambda run: {"loss": 1.0}) == {"loss": 1.0}
+    assert (run.path / "config.json").exists() and get_run("ranks", {"a": 1}).done
+
+
 # --------------------------------------------------------------------------------------------
 # two processes (gloo on CPU) under accelerate launch
 
@@ -187,6 +201,8 @@ def test_two_processes_give_the_losses_of_one_with_the_same_global_batch(kind, a
     out = finish(two)
     metrics = json.loads(out.strip().splitlines()[-1])  # printed once, by the main process
     assert out.count("{") == 1 and numbers(metrics) == pytest.approx(numbers(one), rel=1e-5)
+    if kind == "awd":  # NT-ASGD switched in both, at the same evaluation (the logs' "averaged" agree)
+        assert metrics["averaged"] == one["averaged"] == 1.0
     two_run = run_dir(tmp_path / "two", kind)
     assert_close_runs(two_run, run_dir(tmp_path / "one", kind), rel=1e-5)
     # Logged once, checkpointed once: one checkpoint folder, no temp folders.

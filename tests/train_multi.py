@@ -56,7 +56,8 @@ def build(kind: str, batch: int, dropout: bool, seed: int = 1234):
                                       dropouth=p, dropouti=p, dropoute=p, wdrop=p, tie_weights=True))
         task = AWDLSTMTask(data[:3000], data[5000:5400], batch_size=batch, bptt=12, eval_batch_size=4, nonmono=1,
                            seed=seed)
-        return model, task, dict(optimizer="sgd", lr=20.0, grad_clip=0.25, weight_decay=1.2e-6)
+        # Evaluations every 3 steps: validation stalls by step 9, so NT-ASGD switches to averaged SGD mid-run.
+        return model, task, dict(optimizer="sgd", lr=20.0, grad_clip=0.25, weight_decay=1.2e-6, eval_every=3)
     if kind == "gpt2e":
         from lmstudy.entity.data import EntityDocument, EntityLMTask
         from lmstudy.entity.model import GPT2E, GPT2EConfig
@@ -83,8 +84,8 @@ def main(kind: str, runs_dir: str, batch: int = 8, accum: int = 1, steps: int = 
     Path(runs_dir).mkdir(parents=True, exist_ok=True)
     (Path(runs_dir) / f"pid-{os.environ.get('RANK', '0')}").write_text(str(os.getpid()))
     model, task, fields = build(kind, batch, dropout)
-    config = TrainConfig(max_steps=steps, eval_every=eval_every, checkpoint_every=checkpoint_every, log_every=1,
-                         seed=1234, grad_accum_steps=accum, **fields)
+    config = TrainConfig(**{"max_steps": steps, "eval_every": eval_every, "checkpoint_every": checkpoint_every,
+                            "log_every": 1, "seed": 1234, "grad_accum_steps": accum, **fields})
     identity = {"kind": kind, "batch": batch, "dropout": dropout, "train": config}
     return cached(f"multi-{kind}", identity, lambda run: train(model, task, config, run))
 
