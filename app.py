@@ -25,18 +25,22 @@ from __future__ import annotations
 
 import argparse
 import functools
+import html
 import inspect
 import time
 
 import gradio as gr
 
 from lmstudy.ctrl.serving import (
+    COLUMNS,
     MAX_COLUMNS,
+    MAX_NEW_TOKENS,
     NO_CHECKPOINT,
     InputError,
     ModelRegistry,
     ServedModel,
     attribute_text,
+    fit_max_new_tokens,
     prepare_comparison,
     stream_comparison,
 )
@@ -44,8 +48,11 @@ from lmstudy.training import count_parameters
 
 STREAM_INTERVAL = 0.1  # seconds between two updates of the page while generating
 DEFAULT_MAX_QUEUE = 16
+DEFAULT_NEW_TOKENS = 40  # the max new tokens box at start (lowered to the model's cap)
+LEVEL_LABELS = 6  # the attribution chart writes up to this many code labels level; more stand upright
 
 # The paper's Table 1 idea: one prompt under several domain codes (greedy, penalty θ = 1.2).
+EXAMPLE_SETTINGS = {"decoding": "greedy", "penalty": "ctrl", "theta": 1.2}
 EXAMPLES = [
     ("The knife", ["Wikipedia", "Books", "Reviews Rating: 1.0", "r/worldnews"]),
     ("The president said", ["Wikipedia", "News Text:", "r/worldnews", "IRC"]),
@@ -56,10 +63,11 @@ DEFAULT_CODES = ["Wikipedia", "Books", "Reviews", "r/worldnews"]
 
 
 def _user_errors(fn):
-    """Turn an input error (or a checkpoint that cannot be loaded) into a message in the page."""
+    """Turn an input error (or a checkpoint that cannot be loaded) into a message in the page, without a
+    traceback in the server's log. The page renders a message as HTML: what the visitor typed is escaped."""
 
     def to_gradio(error: Exception) -> gr.Error:
-        return gr.Error(str(error), title="Please check your input", print_exception=False)
+        return gr.Error(html.escape(str(error), quote=False), title="Please check your input", print_exception=False)
 
     if inspect.isgeneratorfunction(fn):
         @functools.wraps(fn)
@@ -99,26 +107,40 @@ def _default_codes(served: ServedModel | None) -> list[str]:
     return (preferred + rest + [""] * MAX_COLUMNS)[:MAX_COLUMNS]
 
 
-def _examples_for(served: ServedModel | None) -> list[tuple[str, list[str]]]:
-    """The examples whose codes the default model knows (every example for a plain model)."""
+def _example_fits(served: ServedModel | None, codes: list[str]) -> bool:
+    """Whether the model knows an example's codes (a plain model takes any code: they are text prefixes)."""
     if served is None:
-        return []
-    if served.kind == "plain":
-        return EXAMPLES
-    return [(prompt, codes) for prompt, codes in EXAMPLES if all(c.split(" ")[0] in served.codes for c in codes)]
+        return False
+    return served.kind == "plain" or all(code.split(" ")[0] in served.codes for code in codes)
+
+
+def _max_new_tokens_label(served: ServedModel | None) -> str:
+    return f"Max new tokens (≤ {served.max_new_tokens if served else MAX_NEW_TOKENS})"
+
+
+def _label_angle(n_codes: int) -> int:
+    """The angle of the chart's code labels: level for a few codes; upright beyond, as level labels of
+    20 codes overlap."""
+    return 0 if n_codes <= LEVEL_LABELS else -90
 
 
 def build_demo(model: str | None = None, max_queue: int = DEFAULT_MAX_QUEUE) -> gr.Blocks:
-    """The page. ``model``: the ``--model`` argument (a folder or a local hub id), offered first."""
+    """The page. ``model``: the ``--model`` argument (a folder or a local hub id), offered first.
+
+    Every handler that runs the model gets the raw values the page or an API client sent (Gradio's
+    preprocessing off: ``preprocess=False``) and checks them with ``lmstudy.ctrl.serving``'s one check
+    per kind of field, so a bad value is a message, never Gradio's generic error and a traceback."""
     registry = ModelRegistry(extra=model)
     default = registry.default()
     served = registry.get(default) if default else None  # loaded once, before the first visitor
 
-    def compare(model_name, prompt, n_columns, *rest):
-        codes, settings = rest[:MAX_COLUMNS], rest[MAX_COLUMNS:]
+    # One parameter per field (their names are the API's): the codes of the MAX_COLUMNS = 4 columns.
+    def compare(model_name, prompt, n_columns, code_1, code_2, code_3, code_4, decoding, temperature, top_k, top_p,
+                penalty, theta, max_new_tokens, seed, same_seed):
         current = registry.get(model_name)
-        n = int(n_columns) if str(n_columns).isdigit() else 0
-        comparison = prepare_comparison(current, prompt, list(codes[:n]), *settings)
+        codes = [code_1, code_2, code_3, code_4][:COLUMNS.check(n_columns)]
+        comparison = prepare_comparison(current, prompt, codes, decoding, temperature, top_k, top_p, penalty, theta,
+                                        max_new_tokens, seed, same_seed)
         status = " ".join(comparison.notices)
         last = 0.0
         for columns in stream_comparison(current, comparison):
@@ -134,13 +156,30 @@ def build_demo(model: str | None = None, max_queue: int = DEFAULT_MAX_QUEUE) -> 
         table, notice = attribute_text(registry.get(model_name), text, codes, prior)
         chart = table[["code", "probability", "perplexity"]]
         shown = table[["rank", "code", "probability", "perplexity", "log_likelihood", "prior", "tokens"]].round(4)
-        return chart, shown, notice
+        return gr.BarPlot(chart, x_label_angle=_label_angle(len(chart))), shown, notice
 
-    def select_model(model_name):
+    def select_model(model_name, max_new_tokens):
         current = registry.get(model_name)
-        codes = _default_codes(current)
+        fits = [_example_fits(current, codes) for _, codes in EXAMPLES]
         return (_model_summary(current),
-                *[gr.update(choices=current.codes, value=code) for code in codes])
+                *[gr.update(choices=current.codes, value=code) for code in _default_codes(current)],
+                gr.update(label=_max_new_tokens_label(current),
+                          value=fit_max_new_tokens(max_new_tokens, current, DEFAULT_NEW_TOKENS)),
+                gr.update(visible=any(fits)), *[gr.update(visible=fit) for fit in fits])
+
+    def load_example(index, model_name, max_new_tokens):
+        current = registry.get(model_name)
+        example_prompt, example_codes = EXAMPLES[index]
+        if not _example_fits(current, example_codes):
+            raise InputError(f"This example's codes ({', '.join(example_codes)}) are not all codes of "
+                             f"{current.name}: choose another example or model.")
+        tokens = fit_max_new_tokens(max_new_tokens, current, DEFAULT_NEW_TOKENS)
+        notice = (f"**The example changed the sampling settings** (opened above): {EXAMPLE_SETTINGS['decoding']} "
+                  f"decoding, the paper's repetition penalty ({EXAMPLE_SETTINGS['penalty']}, θ = "
+                  f"{EXAMPLE_SETTINGS['theta']}), max new tokens {tokens}.")
+        codes = (list(example_codes) + [""] * MAX_COLUMNS)[:MAX_COLUMNS]
+        return (example_prompt, len(example_codes), *codes, EXAMPLE_SETTINGS["decoding"], EXAMPLE_SETTINGS["penalty"],
+                EXAMPLE_SETTINGS["theta"], tokens, gr.Accordion(open=True), notice)
 
     def show_columns(n_columns):
         return [gr.update(visible=k < int(n_columns)) for k in range(MAX_COLUMNS)]
@@ -160,10 +199,10 @@ def build_demo(model: str | None = None, max_queue: int = DEFAULT_MAX_QUEUE) -> 
                 n_columns = gr.Radio([2, 3, 4], value=MAX_COLUMNS, label="Columns", elem_id="n-columns")
                 same_seed = gr.Checkbox(value=True, label="Same seed in every column", elem_id="same-seed")
                 seed = gr.Number(value=0, precision=0, label="Seed", elem_id="seed")
-                max_new_tokens = gr.Number(value=min(40, served.max_new_tokens) if served else 40, precision=0,
-                                           label=f"Max new tokens (≤ {served.max_new_tokens if served else 256})",
-                                           elem_id="max-new-tokens")
-            with gr.Accordion("Sampling", open=False):
+                max_new_tokens = gr.Number(
+                    value=min(DEFAULT_NEW_TOKENS, served.max_new_tokens) if served else DEFAULT_NEW_TOKENS,
+                    precision=0, label=_max_new_tokens_label(served), elem_id="max-new-tokens")
+            with gr.Accordion("Sampling", open=False, elem_id="sampling") as sampling_panel:
                 with gr.Row():
                     decoding = gr.Radio(["greedy", "sample"], value="sample", label="Decoding", elem_id="decoding")
                     temperature = gr.Number(value=0.8, label="Temperature (sampling)", elem_id="temperature")
@@ -173,6 +212,7 @@ def build_demo(model: str | None = None, max_queue: int = DEFAULT_MAX_QUEUE) -> 
                                        label="Repetition penalty (ctrl: the paper's; hf: transformers')",
                                        elem_id="penalty")
                     theta = gr.Number(value=1.2, label="Penalty θ", elem_id="theta")
+            settings_notice = gr.Markdown(elem_id="settings-notice")
             generate = gr.Button("Generate", variant="primary", elem_id="generate")
             status = gr.Markdown(elem_id="status")
             code_boxes, text_boxes, stat_boxes, column_groups = [], [], [], []
@@ -184,13 +224,17 @@ def build_demo(model: str | None = None, max_queue: int = DEFAULT_MAX_QUEUE) -> 
                             label=f"Control code {k + 1}", elem_id=f"code-{k + 1}"))
                         text_boxes.append(gr.Textbox(label=f"Column {k + 1}", lines=10, interactive=False,
                                                      elem_id=f"text-{k + 1}"))
-                        stat_boxes.append(gr.Markdown(elem_id=f"stats-{k + 1}"))
+                        # No LaTeX: a code typed with $$ is shown as typed (serving.markdown_literal escapes the rest).
+                        stat_boxes.append(gr.Markdown(elem_id=f"stats-{k + 1}", latex_delimiters=[]))
                     column_groups.append(group)
-            examples = _examples_for(served)
-            if examples:
+            # Every example has its button; the model decides which are shown (those whose codes it knows).
+            fits = [_example_fits(served, codes) for _, codes in EXAMPLES]
+            with gr.Column(visible=any(fits), elem_id="examples") as examples_box:
                 gr.Markdown("**Examples** (greedy, the paper's penalty θ = 1.2): one prompt under several codes")
                 with gr.Row():
-                    example_buttons = [(gr.Button(f"{p} · {' / '.join(c)}", size="sm"), p, c) for p, c in examples]
+                    example_buttons = [gr.Button(f"{p} · {' / '.join(c)}", size="sm", visible=fit,
+                                                 elem_id=f"example-{k + 1}")
+                                       for k, ((p, c), fit) in enumerate(zip(EXAMPLES, fits))]
 
         with gr.Tab("Attribute"):
             text = gr.Textbox(label="Text", lines=6, elem_id="attr-text",
@@ -210,22 +254,25 @@ def build_demo(model: str | None = None, max_queue: int = DEFAULT_MAX_QUEUE) -> 
                           theta, max_new_tokens, seed, same_seed]
         compare_outputs = [*text_boxes, *stat_boxes, status]
         # One worker for everything that runs the model: memory stays bounded, requests wait in the queue.
-        generate.click(_user_errors(compare), compare_inputs, compare_outputs, api_name="compare",
-                       concurrency_id="model")
+        # preprocess=False: the handlers check the raw values themselves (see the docstring).
+        model_events = dict(concurrency_id="model", preprocess=False)
+        generate.click(_user_errors(compare), compare_inputs, compare_outputs, api_name="compare", **model_events)
+        generate.click(lambda: "", None, settings_notice, queue=False, api_visibility="private")
         attr_button.click(_user_errors(attribute), [model_box, text, attr_codes, prior], [chart, table, attr_notice],
-                          api_name="attribute", concurrency_id="model")
-        model_box.change(_user_errors(select_model), model_box, [model_info, *code_boxes], api_name="select_model",
-                         concurrency_id="model")
+                          api_name="attribute", **model_events)
+        model_box.change(_user_errors(select_model), [model_box, max_new_tokens],
+                         [model_info, *code_boxes, max_new_tokens, examples_box, *example_buttons],
+                         api_name="select_model", **model_events)
         n_columns.change(show_columns, n_columns, column_groups, queue=False, api_visibility="private")
-        for button, example_prompt, example_codes in (example_buttons if examples else []):
-            values = (example_prompt, len(example_codes), *(list(example_codes) + [""] * MAX_COLUMNS)[:MAX_COLUMNS],
-                      "greedy", "ctrl", 1.2)
-            button.click(lambda values=values: values, None,
-                         [prompt, n_columns, *code_boxes, decoding, penalty, theta],
-                         queue=False, api_visibility="private",
-                         ).then(show_columns, n_columns, column_groups, queue=False, api_visibility="private",
-                                ).then(_user_errors(compare), compare_inputs, compare_outputs, concurrency_id="model",
-                                       api_visibility="private")
+        example_outputs = [prompt, n_columns, *code_boxes, decoding, penalty, theta, max_new_tokens, sampling_panel,
+                           settings_notice]
+        for k, button in enumerate(example_buttons):
+            # Undocumented endpoints (/example_1, ...): callable, so that tests can drive them like the page does.
+            button.click(_user_errors(functools.partial(load_example, k)), [model_box, max_new_tokens],
+                         example_outputs, api_name=f"example_{k + 1}", api_visibility="undocumented", **model_events,
+                         ).success(show_columns, n_columns, column_groups, queue=False, api_visibility="private",
+                                   ).success(_user_errors(compare), compare_inputs, compare_outputs,
+                                             api_visibility="private", **model_events)
     demo.queue(max_size=max_queue, default_concurrency_limit=1)
     return demo
 

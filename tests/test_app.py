@@ -8,8 +8,11 @@ tests do not depend on the demo checkpoint."""
 
 from __future__ import annotations
 
+import ast
 import contextlib
+import html
 import json
+import re
 import shutil
 import socket
 import time
@@ -131,7 +134,7 @@ def test_compare_streams_column_by_column(model_dir):
 def test_attribute_endpoint(client, model_dir):
     chart, table, notice = client.predict(str(model_dir), "engine piston gear valve bolt.", "", "uniform",
                                           api_name="/attribute")
-    assert [row[0] for row in chart["data"]][0] == "Beta"
+    assert [row[0] for row in chart["value"]["data"]][0] == "Beta"
     assert table["headers"][:4] == ["rank", "code", "probability", "perplexity"]
     rows = table["data"]
     assert [r[1] for r in rows] == ["Beta", "Alpha"] and rows[0][0] == 1 and rows[0][3] < rows[1][3]
@@ -140,9 +143,10 @@ def test_attribute_endpoint(client, model_dir):
     assert [r[1] for r in table["data"]] == ["Alpha"] and table["data"][0][5] == 1.0  # prior column
     _, _, notice = client.predict(str(model_dir), "apple banana " * 40, "", "uniform", api_name="/attribute")
     assert "scored its first 31" in notice  # cut to the context (32 positions, code included)
-    info, *codes = client.predict(str(model_dir), api_name="/select_model")
+    info, *codes, max_new_tokens = client.predict(str(model_dir), 10, api_name="/select_model")
     assert "control-code model" in info and "context 32 tokens" in info and [c["value"] for c in codes] == [
         "Alpha", "Beta", "", ""]
+    assert max_new_tokens["value"] == 10 and max_new_tokens["label"] == "Max new tokens (≤ 16)"
 
 
 BAD_COMPARE = [
@@ -157,26 +161,62 @@ BAD_COMPARE = [
     (dict(codes=("Alpha", "")), "Choose a control code (column 2)"),
     (dict(codes=("<|Alpha", "Beta")), "Unknown control code '<|Alpha' (column 1)"),
     (dict(codes=("Alpha", "Beta\x00")), "non-printable character (U+0000)"),
-    (dict(decoding="sample", temperature=0), "temperature must be > 0"),
-    (dict(decoding="sample", temperature=-1.0), "temperature must be > 0"),
-    (dict(top_p=0.0), "0 < top_p <= 1"),
-    (dict(top_p=1.5), "0 < top_p <= 1"),
-    (dict(top_k=-3), "top_k must be >= 0"),
-    (dict(penalty="ctrl", theta=0.0), "θ must be > 0"),
-    (dict(max_new_tokens=17), "Max new tokens must be between 1 and 16 for this model (its context is 32 tokens)"),
-    (dict(max_new_tokens=100_000), "Max new tokens must be between 1 and 16"),
+    (dict(prompt=["apple"]), "The prompt must be text, got ['apple']"),
+    (dict(codes=("Gamma<i>x</i>", "Beta")), "Unknown control code 'Gamma<i>x</i>' (column 1)"),
+    (dict(decoding="sample", temperature=0), "The temperature must be between 0.01 and 100, got 0 (sampling divides"),
+    (dict(decoding="sample", temperature=-1.0), "The temperature must be between 0.01 and 100, got -1"),
+    (dict(decoding="sample", temperature=1e-40), "The temperature must be between 0.01 and 100, got 1e-40"),
+    (dict(decoding="sample", temperature="hot"), "The temperature must be a number, got 'hot'"),
+    (dict(decoding="greedy", temperature="hot"), "The temperature must be a number, got 'hot'"),  # unused, not junk
+    (dict(top_p=0.0), "Top-p must be greater than 0 and at most 1, got 0 (1: off)"),
+    (dict(top_p=1.5), "Top-p must be greater than 0 and at most 1, got 1.5"),
+    (dict(top_k=-3), "Top-k must be at least 0, got -3 (0: off)"),
+    (dict(top_k="abc"), "Top-k must be a number, got 'abc'"),
+    (dict(top_k=2.5), "Top-k must be a whole number, got 2.5"),
+    (dict(top_k=True), "Top-k must be a number, got True"),
+    (dict(top_k=[40]), "Top-k must be a number, got [40]"),
+    (dict(top_k=None), "Give a value for top-k"),
+    (dict(penalty="ctrl", theta=0.0), "The penalty θ must be between 0.01 and 100, got 0 (the paper's is 1.2)"),
+    (dict(penalty="ctrl", theta="inf"), "The penalty θ must be a finite number, got 'inf'"),
+    (dict(max_new_tokens=17), "Max new tokens must be between 1 and 16, got 17 (this model's context is 32 tokens)"),
+    (dict(max_new_tokens=100_000), "Max new tokens must be between 1 and 16, got 100000"),
+    (dict(max_new_tokens=10**400), "Max new tokens must be between 1 and 16, got 100000000000... (401 digits)"),
     (dict(max_new_tokens=0), "Max new tokens must be between 1 and 16"),
+    (dict(max_new_tokens=10.5), "Max new tokens must be a whole number, got 10.5"),  # refused, not rounded
+    (dict(max_new_tokens="10.5"), "Max new tokens must be a whole number, got '10.5'"),
+    (dict(max_new_tokens="1e400"), "Max new tokens must be a finite number, got '1e400'"),
+    (dict(max_new_tokens="ten"), "Max new tokens must be a number, got 'ten'"),
+    (dict(seed=-1), "The seed must be between 0 and 9,223,372,036,854,775,807, got -1"),
+    (dict(seed=2**63), "The seed must be between 0 and 9,223,372,036,854,775,807, got 9223372036854775808"),
+    (dict(seed="0.5"), "The seed must be a whole number, got '0.5'"),
+    (dict(seed={"a": 1}), "The seed must be a number, got {'a': 1}"),
+    (dict(same_seed="yes"), "Same seed must be true or false, got 'yes'"),
+    # Values outside a radio button's or a dropdown's choices: a message, not Gradio's refusal and its traceback.
+    (dict(decoding="beam"), "Decoding must be one of 'greedy', 'sample'; got 'beam'"),
+    (dict(penalty="strong"), "The repetition penalty must be one of 'none', 'ctrl', 'hf'; got 'strong'"),
+    (dict(n=7), "The number of columns must be between 2 and 4, got 7"),
+    (dict(n="two"), "The number of columns must be a number, got 'two'"),
+    (dict(model="/etc"), "Unknown model '/etc': choose one of the list ("),
 ]
 
 
+def message_of(error) -> str:
+    """An error's message as the page shows it (the app escapes HTML in messages: the page renders them)."""
+    return html.unescape(str(error.value))
+
+
 @pytest.mark.parametrize("bad, message", BAD_COMPARE, ids=[m for _, m in BAD_COMPARE])
-def test_every_bad_compare_input_gets_its_message(client, model_dir, bad, message):
+def test_every_bad_compare_input_gets_its_message(client, model_dir, bad, message, capfd):
+    """Every bad value, of whatever type, in every field: its message, and no traceback in the server's log."""
     bad = dict(bad)
     prompt, codes = bad.pop("prompt", "apple"), bad.pop("codes", ("Alpha", "Beta"))
+    model, n = bad.pop("model", str(model_dir)), bad.pop("n", 2)
+    capfd.readouterr()
     with pytest.raises(gradio_client.exceptions.AppError) as error:
-        compare(client, str(model_dir), prompt, codes, n=2, **bad)
-    assert message in str(error.value)
-    assert "Traceback" not in str(error.value)
+        compare(client, model, prompt, codes, n=n, **bad)
+    assert message in message_of(error)
+    log = capfd.readouterr()
+    assert "Traceback" not in str(error.value) and "Traceback" not in log.out + log.err
 
 
 def test_long_prompt_is_cut_with_a_notice_and_paths_from_the_browser_are_refused(client, model_dir):
@@ -184,12 +224,186 @@ def test_long_prompt_is_cut_with_a_notice_and_paths_from_the_browser_are_refused
     assert "the model read only its last 21" in outputs[8]  # 32 = code 1 + prompt 21 + 10 new tokens
     assert outputs[0].startswith("apple banana cherry " * 20)
     for model in ("/etc", str(model_dir.parent)):  # not on the list: never opened
-        with pytest.raises(gradio_client.exceptions.AppError, match="not in the list of choices|unknown model"):
+        with pytest.raises(gradio_client.exceptions.AppError, match="Unknown model"):
             compare(client, model)
     with pytest.raises(gradio_client.exceptions.AppError, match="The text is empty"):
         client.predict(str(model_dir), " ", "", "uniform", api_name="/attribute")
     with pytest.raises(gradio_client.exceptions.AppError, match="Unknown control code 'Gamma'"):
         client.predict(str(model_dir), "apple", "Alpha, Gamma", "uniform", api_name="/attribute")
+
+
+# --------------------------------------------------------------------------------------------
+# what a new user ran into (issue 22): numbers as strings, the API schema, escaping, emoji, no model
+# chosen, the empirical prior; then, with two models, switching models, the examples and the chart
+
+
+def test_numbers_may_come_as_strings(client, model_dir):
+    """A string holding a number is that number, in every numeric field (an API client sends what it has)."""
+    as_numbers = compare(client, str(model_dir), "apple", ("Alpha", "Beta"), max_new_tokens=6)
+    as_strings = compare(client, str(model_dir), "apple", ("Alpha", "Beta"), n="2", top_k="0", top_p="1",
+                         theta="1.2", max_new_tokens=" 6 ", seed="0")
+    assert as_strings[:4] == as_numbers[:4] and "6 tokens" in as_strings[4]
+    assert compare(client, str(model_dir), "apple", ("Alpha", "Beta"), max_new_tokens=6.0)[:4] == as_numbers[:4]
+    sampled = [compare(client, str(model_dir), "apple", ("Alpha", "Beta"), decoding="sample", temperature=t, top_k=k,
+                       seed=seed, max_new_tokens=6) for t, k, seed in ((0.9, 5, 3), ("0.9", "5", "3"))]
+    assert sampled[0][:4] == sampled[1][:4] and "seed 3" in sampled[1][4]
+
+
+def test_every_value_the_api_schema_lists_is_accepted(client, model_dir):
+    """The documented schema (``view_api``) lists the columns as the strings '2', '3', '4': they pass, as do
+    the integers; so does every listed value of every other field."""
+    parameters = client.view_api(print_info=False, return_format="dict")["named_endpoints"]["/compare"]["parameters"]
+    base = [str(model_dir), "apple", 2, "Alpha", "Beta", "", "", *SETTINGS.values()]
+    assert [p["parameter_name"] for p in parameters] == ["model_name", "prompt", "n_columns", "code_1", "code_2", "code_3",
+                                                         "code_4", *SETTINGS]
+    listed = {k: ast.literal_eval(p["python_type"]["type"].removeprefix("Literal[").removesuffix("]") + ",")
+              for k, p in enumerate(parameters) if p["python_type"]["type"].startswith("Literal[")}
+    names = [p["parameter_name"] for p in parameters]
+    assert listed[names.index("n_columns")] == ("2", "3", "4") and listed[names.index("decoding")] == (
+        "greedy", "sample")
+    for k, values in listed.items():
+        for value in values:
+            args = list(base)
+            args[k] = value
+            if k == 2:  # n columns: as many codes
+                args[3:7] = (["Alpha", "Beta"] * 2)[:int(value)] + [""] * (4 - int(value))
+            outputs = client.predict(*args, api_name="/compare")
+            assert len(outputs) == 9 and outputs[0].startswith("apple"), (parameters[k]["parameter_name"], value)
+    assert client.predict(*base[:2], 3, "Alpha", "Beta", "Alpha", "", *SETTINGS.values(), api_name="/compare")[2]
+
+
+def test_html_in_a_code_is_shown_not_rendered(client, model_dir):
+    """A composite code's free text is shown in the column's stats line as typed: HTML escaped, Markdown
+    punctuation backslashed. Messages (rendered as HTML by the page) escape what was typed too."""
+    outputs = compare(client, str(model_dir), "apple", ("Alpha <b>bold</b> *x*", "Beta"), max_new_tokens=4)
+    assert outputs[0].startswith("apple")
+    assert outputs[4].startswith(r"**Alpha &lt;b&gt;bold&lt;/b&gt; \*x\*** · seed 0") and "<" not in outputs[4]
+    with pytest.raises(gradio_client.exceptions.AppError) as error:
+        compare(client, str(model_dir), "apple", ("Gamma<b>x</b>", "Beta"))
+    assert "'Gamma&lt;b&gt;x&lt;/b&gt;'" in str(error.value) and "<b>" not in str(error.value)
+
+
+EMOJI_AND_JOINERS = [
+    "apple 👩\u200d💻 pear",  # a woman technologist: woman, zero-width joiner, laptop
+    "apple 👨\u200d👩\u200d👧 pear",  # a family
+    "flag 🏴\U000E0067\U000E0062\U000E0073\U000E0063\U000E0074\U000E007F",  # Scotland: black flag + tags + cancel tag
+    "नमस्\u200dते",  # a joiner in Devanagari
+    "می\u200cخواهم",  # a non-joiner in Persian
+]
+
+
+@pytest.mark.parametrize("prompt", EMOJI_AND_JOINERS)
+def test_emoji_and_joiners_are_printable(client, model_dir, prompt):
+    outputs = compare(client, str(model_dir), prompt, max_new_tokens=4)
+    assert outputs[0].startswith(prompt) and outputs[1].startswith(prompt)
+
+
+@pytest.mark.parametrize("prompt, character", [("apple \U000E0041 pear", "U+E0041"), ("🏴\U000E0067 pear", "U+E0067"),
+                                               ("apple\u200b", "U+200B"), ("a\u202eb", "U+202E")])
+def test_hidden_characters_are_still_refused(client, model_dir, prompt, character):
+    """Tag characters outside a flag (hidden text), zero-width spaces, bidirectional overrides."""
+    with pytest.raises(gradio_client.exceptions.AppError, match=re.escape(f"non-printable character ({character})")):
+        compare(client, str(model_dir), prompt)
+
+
+def test_no_model_chosen_names_the_models(client, model_dir, capfd):
+    """An empty model box, while models exist: choose one of them (not "No model found ... restart")."""
+    calls = [lambda model: compare(client, model),
+             lambda model: client.predict(model, "apple", "", "uniform", api_name="/attribute"),
+             lambda model: client.predict(model, 10, api_name="/select_model")]
+    for call in calls:
+        for empty in ("", None):
+            with pytest.raises(gradio_client.exceptions.AppError) as error:
+                call(empty)
+            assert f"No model chosen: choose one in the Model list ({model_dir})" in message_of(error)
+            assert "No model found" not in message_of(error)
+    log = capfd.readouterr()
+    assert "Traceback" not in log.out + log.err
+
+
+def test_empirical_prior_says_when_it_is_the_uniform_one(client, model_dir, capfd):
+    """The tiny model was trained on a uniform mixture: the empirical prior changes nothing, and says so."""
+    text = "engine piston gear valve bolt."
+    _, uniform, notice = client.predict(str(model_dir), text, "", "uniform", api_name="/attribute")
+    assert notice == ""
+    _, empirical, notice = client.predict(str(model_dir), text, "", "empirical", api_name="/attribute")
+    assert "the empirical prior is the uniform one: the result is the same" in notice
+    assert empirical["data"] == uniform["data"] and [row[5] for row in empirical["data"]] == [0.5, 0.5]
+    _, _, notice = client.predict(str(model_dir), text, "Beta", "uniform", api_name="/attribute")
+    assert notice == "One code: its probability is 1 whatever the text and the prior."
+    with pytest.raises(gradio_client.exceptions.AppError) as error:
+        client.predict(str(model_dir), text, "", "bayes", api_name="/attribute")
+    assert "The prior must be one of 'uniform', 'empirical'; got 'bayes'" in message_of(error)
+    log = capfd.readouterr()
+    assert "Traceback" not in log.out + log.err
+
+
+@pytest.fixture(scope="module")
+def two_models(trained, model_dir, tmp_path_factory):  # noqa: F811
+    """Two models with different contexts, outside any app: ``plain``, a plain causal LM (GPT-2 with the
+    tiny model's tokenizer, random weights, context 64: max new tokens up to 32, every example offered)
+    and ``models/skewed``, the tiny control-code model (context 32: up to 16) with a 0.8 / 0.2 mixture."""
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    root = tmp_path_factory.mktemp("two-models")
+    skewed = _fake_checkpoint(root / "models" / "skewed", model_dir)
+    (skewed / "control_codes.json").write_text(json.dumps({"codes": ["Alpha", "Beta"],
+                                                           "mixture": {"Alpha": 0.8, "Beta": 0.2}}))
+    tokenizer = trained[0].tokenizer
+    torch.manual_seed(0)
+    plain = root / "plain"
+    GPT2LMHeadModel(GPT2Config(vocab_size=len(tokenizer), n_positions=64, n_embd=16, n_layer=1, n_head=2,
+                               eos_token_id=tokenizer.eos_token_id)).save_pretrained(plain)
+    tokenizer.save_pretrained(plain)
+    return root, plain, skewed
+
+
+@pytest.fixture
+def two_model_app(two_models, monkeypatch):
+    """The app with ``--model plain`` and ``skewed`` on its allow-list."""
+    root, plain, skewed = two_models
+    monkeypatch.setenv("LMSTUDY_MODELS", str(root / "models"))
+    monkeypatch.setenv("LMSTUDY_RUNS", str(root / "runs"))
+    with running(app.build_demo(model=str(plain))) as c:
+        yield c, str(plain), str(skewed)
+
+
+def test_switching_models_updates_max_new_tokens_and_examples_fit(two_model_app, capfd):
+    c, plain, skewed = two_model_app
+    *_, tokens = c.predict(plain, 40, api_name="/select_model")
+    assert tokens == {"__type__": "update", "label": "Max new tokens (≤ 32)", "value": 32}
+    *_, tokens = c.predict(skewed, 32, api_name="/select_model")  # a shorter context: the limit and its label follow
+    assert tokens == {"__type__": "update", "label": "Max new tokens (≤ 16)", "value": 16}
+    *_, tokens = c.predict(plain, 12, api_name="/select_model")  # a value within the limit stays
+    assert tokens == {"__type__": "update", "label": "Max new tokens (≤ 32)", "value": 12}
+    *_, tokens = c.predict(plain, "junk", api_name="/select_model")  # not a number: the default, within the limit
+    assert tokens["value"] == 32
+    # An example (what its button fills in before it generates) brings max new tokens within the model's limit,
+    # and says what it changed in the collapsed Sampling panel; its settings then generate.
+    filled = c.predict(plain, 100, api_name="/example_1")
+    prompt, n, *codes, decoding, penalty, theta, tokens, notice = filled
+    assert (prompt, n, codes, decoding, penalty, theta, tokens) == (
+        app.EXAMPLES[0][0], 4, app.EXAMPLES[0][1], "greedy", "ctrl", 1.2, 32)
+    assert notice == ("**The example changed the sampling settings** (opened above): greedy decoding, the paper's "
+                      "repetition penalty (ctrl, θ = 1.2), max new tokens 32.")
+    outputs = c.predict(plain, prompt, n, *codes, decoding, 0.8, 40, 1.0, penalty, theta, tokens, 0, True,
+                        api_name="/compare")
+    assert all(text.startswith(prompt) for text in outputs[:4]) and all("done" in line for line in outputs[4:8])
+    with pytest.raises(gradio_client.exceptions.AppError, match="This example's codes .* are not all codes of"):
+        c.predict(skewed, 16, api_name="/example_1")  # (its button is hidden for this model)
+    log = capfd.readouterr()
+    assert "Traceback" not in log.out + log.err
+
+
+def test_chart_labels_stand_upright_for_many_codes_and_a_skewed_prior_is_used(two_model_app):
+    c, plain, skewed = two_model_app
+    codes = ", ".join(f"code {k}:" for k in range(20))
+    chart, table, _ = c.predict(plain, "A film.", codes, "uniform", api_name="/attribute")
+    assert len(chart["value"]["data"]) == len(table["data"]) == 20 and chart["x_label_angle"] == -90
+    chart, _, _ = c.predict(plain, "A film.", "code 1:, code 2:", "uniform", api_name="/attribute")
+    assert chart["x_label_angle"] == 0
+    _, table, notice = c.predict(skewed, "apple pear.", "", "empirical", api_name="/attribute")
+    assert {row[1]: row[5] for row in table["data"]} == {"Alpha": 0.8, "Beta": 0.2} and notice == ""
 
 
 # --------------------------------------------------------------------------------------------
@@ -261,7 +475,7 @@ def test_allow_list(model_dir, tmp_path, monkeypatch):
     registry = ModelRegistry()
     assert registry.default() == str(models / "ctrl-demo")  # outside the repository: the full path
     assert registry.get(registry.default()).codes == ["Alpha", "Beta"]
-    with pytest.raises(InputError, match="unknown model"):
+    with pytest.raises(InputError, match="Unknown model"):
         registry.get(str(models / "a" / "b" / "c"))
     assert registry.get(registry.default()) is registry.get(registry.default())  # loaded once
     # --model naming a listed folder: offered first, under its list name.

@@ -26,11 +26,19 @@ Decisions:
   ``log p(" " + text | prefix)``. The "empirical" prior needs a training mixture, which only
   control-code models have.
 - **Validation** turns every bad input into one sentence for the page (:class:`InputError`): empty
-  prompt, too long a text (``MAX_TEXT_CHARS``), non-printable characters, the model's own special
-  tokens typed in the text, unknown or malformed codes, sampling settings (``SamplingConfig``'s own
-  checks), max new tokens above the cap (``MAX_NEW_TOKENS``, and at most half the model's context).
+  prompt, too long a text (``MAX_TEXT_CHARS``), non-printable characters (the joiners of emoji
+  sequences and of some scripts are printable), the model's own special tokens typed in the text,
+  unknown or malformed codes, a value outside a radio button's or a dropdown's choices
+  (:func:`check_choice`), and every numeric field (:class:`NumberField`: a number or a string holding
+  one, finite, whole where it counts something -- a fraction is refused, never rounded -- and within
+  its bounds: the sampling settings, a seed below 2^63, max new tokens up to ``MAX_NEW_TOKENS`` and at
+  most half the model's context). One check per kind of field, the same for the page and the API: the
+  app hands the handlers the raw values (Gradio's own preprocessing off), so nothing reaches the model
+  unchecked and no bad value ends in a traceback.
   A prompt longer than what fits the context beside the code and the new tokens is cut to its
   *last* tokens (the ones next to the continuation) and the page says so.
+- **Showing what was typed**: a code is shown in a column's Markdown stats line through
+  :func:`markdown_literal` (HTML escaped, Markdown punctuation backslashed), so it is shown, not rendered.
 - **Comparison.** One batch, one KV cache, one decoding loop: ``generation.stream_rows`` (the loop
   ``generate_codes`` uses), so with greedy decoding a column equals ``generate_codes``'s output.
   "Same seed" gives every column the seed (common random numbers: columns differ by their codes
@@ -41,6 +49,7 @@ Decisions:
 
 from __future__ import annotations
 
+import html
 import math
 import re
 import threading
@@ -59,7 +68,7 @@ from lmstudy.ctrl.codes import CODES, code_name, get_code
 from lmstudy.ctrl.data import code_id
 from lmstudy.ctrl.generation import context_length, stream_rows
 from lmstudy.ctrl.model import CODES_FILE, STUDY, load_control_model
-from lmstudy.ctrl.sampling import SamplingConfig, build_processors
+from lmstudy.ctrl.sampling import PENALTIES, SamplingConfig
 from lmstudy.paths import REPO_ROOT, models_dir, runs_dir
 
 MAX_TEXT_CHARS = 20_000  # a prompt or a text to attribute; longer is refused before tokenising
@@ -74,6 +83,16 @@ NO_CHECKPOINT = (
     "restart the app. Or pass a local checkpoint: `python app.py --model PATH_OR_ID`."
 )
 PRIORS = ("uniform", "empirical")
+DECODINGS = ("greedy", "sample")
+# Invisible characters that belong to ordinary text, not refused as non-printable: the zero-width
+# joiner of emoji sequences (a woman technologist is 👩 + U+200D + 💻) and, with the non-joiner, of Indic and Persian
+# scripts. The tag characters (U+E0020..U+E007F) are allowed only in a flag's tag sequence (🏴 + tags +
+# cancel tag: Scotland's flag); elsewhere they are hidden text, refused.
+INVISIBLE_BUT_PRINTABLE = "\u200c\u200d"
+EMOJI_TAG_SEQUENCE = re.compile("\U0001F3F4[\U000E0020-\U000E007E]+\U000E007F")
+# Markdown's inline punctuation (emphasis, code, links, images, strikethrough, escapes, LaTeX), backslashed
+# by markdown_literal after HTML escaping.
+MARKDOWN_PUNCTUATION = re.compile(r"([\\`*_\[\]!~$])")
 
 # The form of each secondary code (codes.format_text), and how the page describes it.
 SECONDARY_FORMS = {
@@ -193,17 +212,20 @@ class ModelRegistry:
     def default(self) -> str | None:
         return next(iter(self.choices()), None)
 
-    def get(self, name: str | None) -> ServedModel:
-        if not name:
-            raise InputError(NO_CHECKPOINT)
+    def get(self, name) -> ServedModel:
+        """The model the page names (loaded on first use), else an :class:`InputError`: no model
+        chosen, a name not on the list, or no model at all (then how to get one)."""
         with self._lock:  # one load at a time; a second request for the same model waits for it
-            if name in self._loaded:
+            if isinstance(name, str) and name in self._loaded:
                 self._loaded.move_to_end(name)
                 return self._loaded[name]
             choices = self.choices()
-            if name not in choices:
-                raise InputError(f"unknown model {name!r}: choose one of the list "
-                                 f"({', '.join(choices) or 'none found'})")
+            if not choices:
+                raise InputError(NO_CHECKPOINT)
+            if not name:
+                raise InputError(f"No model chosen: choose one in the Model list ({', '.join(choices)}).")
+            if not isinstance(name, str) or name not in choices:
+                raise InputError(f"Unknown model {_shown(name)}: choose one of the list ({', '.join(choices)}).")
             served = load_served_model(choices[name], name)
             self._loaded[name] = served
             while len(self._loaded) > self.keep:
@@ -212,19 +234,38 @@ class ModelRegistry:
 
 
 # --------------------------------------------------------------------------------------------
-# validation
+# validation: one check per kind of field (text, code, number, choice, flag), for the page and the API alike
+
+
+def _shown(value, limit: int = 40) -> str:
+    """``value`` as a message quotes it: short (a 20,000-character string or a 400-digit number is cut)."""
+    if isinstance(value, int) and not isinstance(value, bool) and len(str(value)) > 20:
+        return f"{str(value)[:12]}... ({len(str(abs(value)))} digits)"
+    text = f"{value:g}" if isinstance(value, float) else repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def markdown_literal(text: str) -> str:
+    """``text`` as Markdown that shows it as typed: HTML escaped, Markdown's punctuation backslashed
+    (a code typed as ``Reviews <b>x</b>`` or ``Reviews *x*`` is shown, not rendered)."""
+    return MARKDOWN_PUNCTUATION.sub(r"\\\1", html.escape(text, quote=False))
 
 
 def check_text(text, served: ServedModel | None = None, what: str = "prompt") -> str:
     """The text if a model may read it, else an :class:`InputError` that says why."""
-    if not isinstance(text, str) or not text.strip():
+    if text is not None and not isinstance(text, str):
+        raise InputError(f"The {what} must be text, got {_shown(text)}.")
+    if text is None or not text.strip():
         verb = "continue" if what == "prompt" else "score"
         raise InputError(f"The {what} is empty: type some text for the model to {verb}.")
     if len(text) > MAX_TEXT_CHARS:
         raise InputError(f"The {what} is {len(text):,} characters long; the limit is {MAX_TEXT_CHARS:,}.")
+    in_flags = {i for match in EMOJI_TAG_SEQUENCE.finditer(text) for i in range(match.start(), match.end())}
     for position, char in enumerate(text):
-        # Control (Cc, but tab and line breaks), format (Cf), surrogate, private-use and unassigned characters.
-        if unicodedata.category(char) in ("Cc", "Cf", "Cs", "Co", "Cn") and char not in "\t\n\r":
+        # Control (Cc, but tab and line breaks), format (Cf), surrogate, private-use and unassigned characters;
+        # but the joiners and the tags of a flag, which belong to ordinary text (see INVISIBLE_BUT_PRINTABLE).
+        if (unicodedata.category(char) in ("Cc", "Cf", "Cs", "Co", "Cn") and char not in "\t\n\r"
+                and char not in INVISIBLE_BUT_PRINTABLE and position not in in_flags):
             raise InputError(f"The {what} contains a non-printable character (U+{ord(char):04X}) at position "
                              f"{position + 1}: remove it.")
     if served is not None:
@@ -288,57 +329,143 @@ def parse_code(served: ServedModel, code, column: str = "") -> Prefix:
                   ids + served.tokenizer(secondary + "\n", add_special_tokens=False)["input_ids"], "")
 
 
-def _number(value, name: str, kind=float):
-    if value is None or (isinstance(value, float) and math.isnan(value)):
-        raise InputError(f"Give a value for {name}.")
-    try:
-        number = kind(value)
-    except (TypeError, ValueError) as error:
-        raise InputError(f"{name} must be a number, got {value!r}.") from error
-    if kind is int and number != float(value):
-        raise InputError(f"{name} must be a whole number, got {value!r}.")
-    return number
+def _capitalized(name: str) -> str:
+    return name[0].upper() + name[1:]
 
 
-def sampling_config(decoding: str, temperature, top_k, top_p, penalty: str, theta) -> SamplingConfig:
-    """The page's sampling settings as a :class:`SamplingConfig`, whose own checks say what is wrong.
-    With greedy decoding the temperature does not matter and is not checked."""
-    if decoding not in ("greedy", "sample"):
-        raise InputError(f"Decoding must be 'greedy' or 'sample', got {decoding!r}.")
-    greedy = decoding == "greedy"
-    try:
-        config = SamplingConfig(
-            temperature=1.0 if greedy else _number(temperature, "temperature"),
-            top_k=_number(top_k, "top-k", int), top_p=_number(top_p, "top-p"), greedy=greedy,
-            penalty=penalty, theta=_number(theta, "θ"),
-        )
-        build_processors(config)  # the penalties check their θ when they are built
-        return config
-    except InputError:
-        raise
-    except ValueError as error:  # SamplingConfig's message, as the page's sentence
-        message = str(error)
-        if "temperature" in message:
-            message += " (sampling divides the logits by the temperature; choose greedy decoding for argmax)"
-        raise InputError(f"Sampling settings: {message}.") from error
+def _number_text(number) -> str:
+    return f"{number:,}" if isinstance(number, int) else f"{number:g}"
+
+
+@dataclass(frozen=True)
+class NumberField:
+    """A numeric field of the page (or of the API) and the values it takes; :meth:`check` is its one check.
+
+    The page sends a JSON number, or null for an empty box; an API client may also send a string
+    holding a number (``"40"``, ``"0.8"``). Whatever arrives, a bad value is an :class:`InputError`
+    that names the field: not a number, not finite, a fraction in a whole-number field (10.5 new
+    tokens is refused, never rounded), outside the bounds."""
+
+    name: str  # as a message names it: "top-k", "the temperature"
+    low: float | None = None
+    high: float | None = None
+    whole: bool = False
+    low_open: bool = False  # ``low`` itself is refused (top-p > 0)
+    hint: str = ""  # added to the out-of-bounds message
+
+    def parse(self, value) -> int | float:
+        """The number ``value`` holds (bounds not checked), else an :class:`InputError`."""
+        if value is None or (isinstance(value, str) and not value.strip()) or (
+                isinstance(value, float) and math.isnan(value)):
+            raise InputError(f"Give a value for {self.name}.")
+        not_a_number = InputError(f"{_capitalized(self.name)} must be a number, got {_shown(value)}.")
+        if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+            raise not_a_number
+        number = value
+        if isinstance(value, str):
+            try:
+                number = int(value)
+            except ValueError:
+                try:
+                    number = float(value)
+                except ValueError:
+                    raise not_a_number from None
+        if isinstance(number, float):
+            if not math.isfinite(number):
+                raise InputError(f"{_capitalized(self.name)} must be a finite number, got {_shown(value)}.")
+            if self.whole:
+                if not number.is_integer():
+                    raise InputError(f"{_capitalized(self.name)} must be a whole number, got {_shown(value)}.")
+                number = int(number)
+        return number
+
+    def bounds(self) -> str:
+        """The values it takes, in words: "between 1 and 16", "at least 0", "greater than 0 and at most 1"."""
+        low = None if self.low is None else (
+            f"greater than {_number_text(self.low)}" if self.low_open else f"at least {_number_text(self.low)}")
+        if self.high is None:
+            return low or "any number"
+        if low is None:
+            return f"at most {_number_text(self.high)}"
+        if self.low_open:
+            return f"{low} and at most {_number_text(self.high)}"
+        return f"between {_number_text(self.low)} and {_number_text(self.high)}"
+
+    def check(self, value) -> int | float:
+        """The number ``value`` holds if it is within the bounds, else an :class:`InputError`."""
+        number = self.parse(value)
+        below = self.low is not None and (number <= self.low if self.low_open else number < self.low)
+        above = self.high is not None and number > self.high
+        if below or above:
+            hint = f" ({self.hint})" if self.hint else ""
+            raise InputError(f"{_capitalized(self.name)} must be {self.bounds()}, got {_shown(number)}{hint}.")
+        return number
+
+
+# The page's numeric fields. The bounds of the temperature and θ keep the logits finite (dividing by
+# 1e-40 gives inf, and NaN probabilities); a top-k above the vocabulary is the same as off.
+COLUMNS = NumberField("the number of columns", MIN_COLUMNS, MAX_COLUMNS, whole=True)
+TEMPERATURE = NumberField("the temperature", 0.01, 100.0,
+                          hint="sampling divides the logits by it; choose greedy decoding for argmax")
+TOP_K = NumberField("top-k", 0, whole=True, hint="0: off")
+TOP_P = NumberField("top-p", 0, 1, low_open=True, hint="1: off")
+THETA = NumberField("the penalty θ", 0.01, 100.0, hint="the paper's is 1.2")
+SEED = NumberField("the seed", 0, 2**63 - 1, whole=True)
+
+
+def max_new_tokens_field(served: ServedModel) -> NumberField:
+    """Max new tokens for ``served``: 1 to its cap (``ServedModel.max_new_tokens``)."""
+    context = f"this model's context is {served.context} tokens" if served.context else ""
+    return NumberField("max new tokens", 1, served.max_new_tokens, whole=True, hint=context)
+
+
+def check_choice(value, choices: Sequence[str], name: str) -> str:
+    """``value`` if it is one of ``choices`` (a radio button's or a dropdown's), else an :class:`InputError`."""
+    if isinstance(value, str) and value in choices:
+        return value
+    raise InputError(f"{_capitalized(name)} must be one of {', '.join(map(repr, choices))}; got {_shown(value)}.")
+
+
+def check_flag(value, name: str) -> bool:
+    """``value`` if it is a boolean (a checkbox), else an :class:`InputError`."""
+    if isinstance(value, bool):
+        return value
+    raise InputError(f"{_capitalized(name)} must be true or false, got {_shown(value)}.")
+
+
+def sampling_config(decoding, temperature, top_k, top_p, penalty, theta) -> SamplingConfig:
+    """The page's sampling settings as a :class:`SamplingConfig`. A setting that does not apply (the
+    temperature with greedy decoding, θ without a penalty) may be empty, but not something else."""
+    greedy = check_choice(decoding, DECODINGS, "decoding") == "greedy"
+    penalty = check_choice(penalty, PENALTIES, "the repetition penalty")
+    for setting, value, unused in ((TEMPERATURE, temperature, greedy), (THETA, theta, penalty == "none")):
+        if unused and value is not None:
+            setting.parse(value)
+    return SamplingConfig(
+        temperature=1.0 if greedy else TEMPERATURE.check(temperature), top_k=TOP_K.check(top_k),
+        top_p=TOP_P.check(top_p), greedy=greedy, penalty=penalty,
+        theta=1.2 if penalty == "none" else THETA.check(theta),
+    )
 
 
 def check_max_new_tokens(value, served: ServedModel) -> int:
     """The page's max new tokens as an int in 1..``served.max_new_tokens``, else an ``InputError``."""
-    count = _number(value, "max new tokens", int)
-    cap = served.max_new_tokens
-    if not 1 <= count <= cap:
-        context = f" (its context is {served.context} tokens)" if served.context else ""
-        raise InputError(f"Max new tokens must be between 1 and {cap} for this model{context}; got {count}.")
-    return count
+    return max_new_tokens_field(served).check(value)
+
+
+def fit_max_new_tokens(value, served: ServedModel, default: int) -> int:
+    """The page's max new tokens brought within ``served``'s cap (``default`` when it is not a whole
+    number): what the box shows after the model changes or an example is loaded."""
+    try:
+        count = max_new_tokens_field(served).parse(value)
+    except InputError:
+        count = default
+    return max(1, min(count, served.max_new_tokens))
 
 
 def check_seed(value) -> int:
     """The page's seed as an int in [0, 2^63), else an ``InputError``."""
-    seed = _number(value, "seed", int)
-    if not 0 <= seed < 2**63:
-        raise InputError(f"The seed must be between 0 and 2^63 - 1, got {seed}.")
-    return seed
+    return SEED.check(value)
 
 
 # --------------------------------------------------------------------------------------------
@@ -369,6 +496,7 @@ def prepare_comparison(served: ServedModel, prompt, codes: Sequence, decoding: s
     sampling = sampling_config(decoding, temperature, top_k, top_p, penalty, theta)
     max_new_tokens = check_max_new_tokens(max_new_tokens, served)
     seed = check_seed(seed)
+    same_seed = check_flag(same_seed, "same seed")
     seeds = [seed] * len(codes) if same_seed else [seed + k for k in range(len(codes))]
 
     notices, rows = [], []
@@ -421,7 +549,7 @@ class Column:
 
     def summary(self) -> str:
         """One Markdown line: code, seed, tokens, perplexity, speed."""
-        parts = [f"**{self.code}**", f"seed {self.seed}", f"{len(self.token_ids)} tokens"]
+        parts = [f"**{markdown_literal(self.code)}**", f"seed {self.seed}", f"{len(self.token_ids)} tokens"]
         if self.perplexity is not None:
             parts.append(f"perplexity {self.perplexity:.1f}")
         if self.tokens_per_second is not None:
@@ -434,7 +562,8 @@ class Column:
 def stream_comparison(served: ServedModel, comparison: Comparison) -> Iterator[list[Column]]:
     """The columns after every decoding step (text, perplexity and speed so far); the last has every
     column ``finished``. Decoding is ``generation.stream_rows``: one batch, one KV cache."""
-    columns = [Column(prefix.code, seed, comparison.prompt) for prefix, seed in zip(comparison.prefixes, comparison.seeds)]
+    columns = [Column(prefix.code, seed, comparison.prompt)
+               for prefix, seed in zip(comparison.prefixes, comparison.seeds)]
     eos = served.eos_token_id
     stop_at_eos = served.tokenizer.eos_token_id is not None
     start = time.perf_counter()
@@ -500,7 +629,8 @@ def prefix_log_likelihoods(served: ServedModel, text: str, prefixes: Sequence[Pr
     device = next(served.model.parameters()).device
     input_ids = torch.tensor([row + [served.eos_token_id] * (width - len(row)) for row in rows], device=device)
     mask = torch.tensor([[1] * len(row) + [0] * (width - len(row)) for row in rows], device=device)
-    log_probs = torch.log_softmax(served.model(input_ids=input_ids, attention_mask=mask).logits.float(), -1)  # (K, W, V)
+    logits = served.model(input_ids=input_ids, attention_mask=mask).logits.float()
+    log_probs = torch.log_softmax(logits, -1)  # (K, W, V)
     totals = []
     for k, prefix in enumerate(prefixes):
         start = len(prefix.ids)  # the text's first token is predicted at position start - 1
@@ -512,10 +642,9 @@ def prefix_log_likelihoods(served: ServedModel, text: str, prefixes: Sequence[Pr
 
 def attribute_text(served: ServedModel, text, codes=None, prior: str = "uniform") -> tuple[pd.DataFrame, str]:
     """The ranking p(code | text), most likely first (``attribution.attribute``'s columns), and a notice
-    (empty, or what was cut)."""
+    (empty, or what was cut, or why the prior changed nothing)."""
     text = check_text(text, served, what="text")
-    if prior not in PRIORS:
-        raise InputError(f"The prior must be one of {', '.join(PRIORS)}, got {prior!r}.")
+    prior = check_choice(prior, PRIORS, "the prior")
     names = parse_code_list(served, codes)
     if served.kind == "control":
         if prior == "empirical" and not served.mixture:
@@ -535,12 +664,21 @@ def attribute_text(served: ServedModel, text, codes=None, prior: str = "uniform"
             "perplexity": [math.exp(-ll / scored) for ll in log_likelihoods], "tokens": scored,
         }).sort_values("probability", ascending=False, kind="stable").reset_index(drop=True)
         table.insert(1, "rank", range(1, len(table) + 1))
-    notice = (f"The text is {total} tokens; the model scored its first {scored} (its context is "
-              f"{served.context} tokens)." if scored < total else "")
-    return table, notice
+    notices = []
+    if scored < total:
+        notices.append(f"The text is {total} tokens; the model scored its first {scored} (its context is "
+                       f"{served.context} tokens).")
+    if len(table) == 1:
+        notices.append("One code: its probability is 1 whatever the text and the prior.")
+    elif prior == "empirical" and table["prior"].max() - table["prior"].min() <= 1e-9:
+        notices.append("The training mixture gives these codes equal weights, so the empirical prior is the "
+                       "uniform one: the result is the same.")
+    return table, " ".join(notices)
 
 
-__all__ = ["Column", "Comparison", "InputError", "MAX_NEW_TOKENS", "ModelRegistry", "NO_CHECKPOINT", "Prefix",
-           "ServedModel", "allowed_checkpoints", "attribute_text", "check_max_new_tokens", "check_seed",
-           "check_text", "load_served_model", "parse_code", "parse_code_list", "prefix_log_likelihoods",
-           "prepare_comparison", "sampling_config", "stream_comparison"]
+__all__ = ["COLUMNS", "Column", "Comparison", "DECODINGS", "InputError", "MAX_NEW_TOKENS", "ModelRegistry",
+           "NO_CHECKPOINT", "NumberField", "PRIORS", "Prefix", "SEED", "ServedModel", "TEMPERATURE", "THETA", "TOP_K",
+           "TOP_P", "allowed_checkpoints", "attribute_text", "check_choice", "check_flag", "check_max_new_tokens",
+           "check_seed", "check_text", "fit_max_new_tokens", "load_served_model", "markdown_literal",
+           "max_new_tokens_field", "parse_code", "parse_code_list", "prefix_log_likelihoods", "prepare_comparison",
+           "sampling_config", "stream_comparison"]
