@@ -11,7 +11,9 @@ Tabs:
   codes or type a composite one such as ``Reviews Rating: 1.0``), shared sampling settings; all
   columns are generated in one batch and stream in as they grow, with each column's perplexity and
   tokens/second. "Same seed" gives every column the same seed (reproducible, and the columns differ
-  only by their codes). The example buttons run the paper's Table 1 idea: one prompt, several codes.
+  only by their codes). The example buttons run the paper's Table 1 idea: one prompt, several codes
+  (greedy, penalty θ = 1.2: an example opens the Sampling panel and says what it changed). Choosing a
+  model updates the codes, the max-new-tokens limit and the examples offered.
 - **Attribute**: paste a text, get p(code | text) as a bar chart with per-code perplexities, under a
   uniform or the training mixture's (empirical) prior.
 
