@@ -161,7 +161,7 @@ BAD_COMPARE = [
     (dict(codes=("Alpha", "")), "Choose a control code (column 2)"),
     (dict(codes=("<|Alpha", "Beta")), "Unknown control code '<|Alpha' (column 1)"),
     (dict(codes=("Alpha", "Beta\x00")), "non-printable character (U+0000)"),
-    (dict(prompt=["apple"]), "The prompt must be text, got ['apple']"),
+    (dict(prompt=["apple"]), "The prompt must be a string, got ['apple']"),
     (dict(codes=("Gamma<i>x</i>", "Beta")), "Unknown control code 'Gamma<i>x</i>' (column 1)"),
     (dict(decoding="sample", temperature=0), "The temperature must be between 0.01 and 100, got 0 (sampling divides"),
     (dict(decoding="sample", temperature=-1.0), "The temperature must be between 0.01 and 100, got -1"),
@@ -244,6 +244,10 @@ def test_numbers_may_come_as_strings(client, model_dir):
                          theta="1.2", max_new_tokens=" 6 ", seed="0")
     assert as_strings[:4] == as_numbers[:4] and "6 tokens" in as_strings[4]
     assert compare(client, str(model_dir), "apple", ("Alpha", "Beta"), max_new_tokens=6.0)[:4] == as_numbers[:4]
+    # A huge top-k is a valid one (larger than the vocabulary: off), written as a number or as a string.
+    for huge in (10**30, 1e30, "1e30"):
+        assert compare(client, str(model_dir), "apple", ("Alpha", "Beta"), top_k=huge, max_new_tokens=6)[:4] == (
+            as_numbers[:4])
     sampled = [compare(client, str(model_dir), "apple", ("Alpha", "Beta"), decoding="sample", temperature=t, top_k=k,
                        seed=seed, max_new_tokens=6) for t, k, seed in ((0.9, 5, 3), ("0.9", "5", "3"))]
     assert sampled[0][:4] == sampled[1][:4] and "seed 3" in sampled[1][4]
@@ -334,6 +338,13 @@ def test_empirical_prior_says_when_it_is_the_uniform_one(client, model_dir, capf
     with pytest.raises(gradio_client.exceptions.AppError) as error:
         client.predict(str(model_dir), text, "", "bayes", api_name="/attribute")
     assert "The prior must be one of 'uniform', 'empirical'; got 'bayes'" in message_of(error)
+    for codes in (5, {"Alpha": 1}):
+        with pytest.raises(gradio_client.exceptions.AppError) as error:
+            client.predict(str(model_dir), text, codes, "uniform", api_name="/attribute")
+        assert f"The codes must be text (comma-separated codes), got {codes!r}" in message_of(error)
+    with pytest.raises(gradio_client.exceptions.AppError) as error:
+        client.predict(str(model_dir), 42, "", "uniform", api_name="/attribute")
+    assert "The text must be a string, got 42" in message_of(error)
     log = capfd.readouterr()
     assert "Traceback" not in log.out + log.err
 

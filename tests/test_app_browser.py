@@ -1,7 +1,9 @@
 """The app in a real browser: Playwright drives Debian's Chromium (headless, ``/usr/bin/chromium``;
 no ``playwright install``). It types a prompt, chooses three codes, clicks Generate, reads each
 column's text (equal to ``generate_codes`` with the page's sampling settings and seed), checks that
-the columns sit side by side, and saves a screenshot.
+the columns sit side by side, and saves a screenshot; an example opens the Sampling panel and says what it
+changed. A second test checks what the page renders: a code typed with HTML, Markdown or LaTeX is shown as
+typed (stats line and error message), and the attribution chart's labels of all the model's codes do not overlap.
 
 The model: the committed ``models/ctrl-demo`` when it exists, else the smoke checkpoint
 (``models/smoke/ctrl-demo``), else the tiny model of tests/test_control.py. The screenshot goes to
@@ -93,7 +95,10 @@ def test_compare_in_chromium(checkpoint, tmp_path):
             # An example is one click away: it fills the prompt and four codes, and generates.
             example = page.get_by_role("button", name=re.compile(r"^The knife · "))
             if example.count():  # (the tiny fallback model knows none of the examples' codes)
+                expect(page.locator("#decoding")).to_be_hidden()  # the Sampling panel is closed ...
                 example.first.click()
+                expect(page.locator("#decoding")).to_be_visible()  # ... the example opens it and says what it set
+                expect(page.locator("#settings-notice")).to_contain_text("The example changed the sampling settings")
                 expect(page.locator("#column-4")).to_be_visible()
                 expect(page.locator("#stats-4")).to_contain_text("done", timeout=60_000)
                 assert page.locator("#prompt textarea").input_value() == "The knife"
@@ -123,3 +128,46 @@ def test_compare_in_chromium(checkpoint, tmp_path):
     assert screenshot.stat().st_size > 10_000
     if os.environ.get("LMSTUDY_UPDATE_SCREENSHOT") == "1":
         shutil.copy(screenshot, figures_dir() / "app_screenshot.png")
+
+
+def test_typed_text_is_shown_and_many_code_labels_do_not_overlap(checkpoint):
+    """In the page: a composite code with HTML and Markdown in its stats line and in an error message is
+    shown as typed; the attribution chart's labels of every code of the model (20 for the demo) do not overlap."""
+    _require_browser()
+    from playwright.sync_api import expect, sync_playwright
+
+    served = load_served_model(checkpoint)
+    # News takes `Title: <any text>`; the tiny fallback model's codes take any secondary text.
+    code = "News Title:" if "News" in served.codes else served.codes[0]
+    typed = f"{code} <b>bold</b> *x* $$y$$"
+    with running(app.build_demo(model=str(checkpoint))) as client, sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
+        try:
+            page = browser.new_page(viewport={"width": 1400, "height": 1000})
+            page.goto(client.src, wait_until="networkidle")
+            page.locator("#n-columns").get_by_label("2", exact=True).check()
+            page.locator("#max-new-tokens input").fill("4")
+            for k, code in enumerate([typed, served.codes[0]], start=1):
+                box = page.locator(f"#code-{k} input")
+                box.fill(code)
+                box.press("Enter")
+            page.locator("#generate").click()
+            expect(page.locator("#stats-1")).to_contain_text("done", timeout=60_000)
+            assert page.locator("#stats-1").inner_text().startswith(typed + " · seed 0")
+            assert page.locator("#stats-1 b, #stats-1 em, #stats-1 .katex").count() == 0
+            box = page.locator("#code-2 input")
+            box.fill("Gamma<b>x</b>")
+            box.press("Enter")
+            page.locator("#generate").click()
+            expect(page.get_by_text("Unknown control code 'Gamma<b>x</b>'", exact=False).first).to_be_visible(
+                timeout=20_000)
+
+            page.get_by_role("tab", name="Attribute").click()
+            page.locator("#attribute").click()
+            labels = page.locator('#chart svg g[aria-label^="X-axis"] g.role-axis-label text')
+            expect(labels).to_have_count(len(served.codes), timeout=60_000)
+            boxes = sorted((labels.nth(k).bounding_box() for k in range(len(served.codes))), key=lambda b: b["x"])
+            for left, right in zip(boxes, boxes[1:]):
+                assert left["x"] + left["width"] <= right["x"] + 0.5, (left, right)
+        finally:
+            browser.close()

@@ -254,7 +254,7 @@ def markdown_literal(text: str) -> str:
 def check_text(text, served: ServedModel | None = None, what: str = "prompt") -> str:
     """The text if a model may read it, else an :class:`InputError` that says why."""
     if text is not None and not isinstance(text, str):
-        raise InputError(f"The {what} must be text, got {_shown(text)}.")
+        raise InputError(f"The {what} must be a string, got {_shown(text)}.")
     if text is None or not text.strip():
         verb = "continue" if what == "prompt" else "score"
         raise InputError(f"The {what} is empty: type some text for the model to {verb}.")
@@ -595,6 +595,8 @@ def parse_code_list(served: ServedModel, codes) -> list[str] | None:
     """A comma-separated list (or a list) of codes; None (all codes) when empty for a control model."""
     if isinstance(codes, str):
         codes = codes.split(",")
+    elif codes is not None and not isinstance(codes, (list, tuple)):
+        raise InputError(f"The codes must be text (comma-separated codes), got {_shown(codes)}.")
     names = [str(c).strip() for c in (codes or []) if str(c).strip()]
     if len(names) > MAX_ATTRIBUTION_CODES:
         raise InputError(f"Attribute to at most {MAX_ATTRIBUTION_CODES} codes, got {len(names)}.")
