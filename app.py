@@ -33,11 +33,15 @@ import time
 
 import gradio as gr
 
+from lmstudy.ctrl.sampling import PENALTIES
 from lmstudy.ctrl.serving import (
     COLUMNS,
+    DECODINGS,
     MAX_COLUMNS,
     MAX_NEW_TOKENS,
+    MIN_COLUMNS,
     NO_CHECKPOINT,
+    PRIORS,
     InputError,
     ModelRegistry,
     ServedModel,
@@ -198,7 +202,8 @@ def build_demo(model: str | None = None, max_queue: int = DEFAULT_MAX_QUEUE) -> 
         with gr.Tab("Compare"):
             prompt = gr.Textbox(label="Prompt", value="The knife", lines=2, elem_id="prompt")
             with gr.Row():
-                n_columns = gr.Radio([2, 3, 4], value=MAX_COLUMNS, label="Columns", elem_id="n-columns")
+                n_columns = gr.Radio(list(range(MIN_COLUMNS, MAX_COLUMNS + 1)), value=MAX_COLUMNS, label="Columns",
+                                     elem_id="n-columns")
                 same_seed = gr.Checkbox(value=True, label="Same seed in every column", elem_id="same-seed")
                 seed = gr.Number(value=0, precision=0, label="Seed", elem_id="seed")
                 max_new_tokens = gr.Number(
@@ -206,11 +211,11 @@ def build_demo(model: str | None = None, max_queue: int = DEFAULT_MAX_QUEUE) -> 
                     precision=0, label=_max_new_tokens_label(served), elem_id="max-new-tokens")
             with gr.Accordion("Sampling", open=False, elem_id="sampling") as sampling_panel:
                 with gr.Row():
-                    decoding = gr.Radio(["greedy", "sample"], value="sample", label="Decoding", elem_id="decoding")
+                    decoding = gr.Radio(list(DECODINGS), value="sample", label="Decoding", elem_id="decoding")
                     temperature = gr.Number(value=0.8, label="Temperature (sampling)", elem_id="temperature")
                     top_k = gr.Number(value=40, precision=0, label="Top-k (0: off)", elem_id="top-k")
                     top_p = gr.Number(value=1.0, label="Top-p (nucleus, 1: off)", elem_id="top-p")
-                    penalty = gr.Radio(["none", "ctrl", "hf"], value="ctrl",
+                    penalty = gr.Radio(list(PENALTIES), value="ctrl",
                                        label="Repetition penalty (ctrl: the paper's; hf: transformers')",
                                        elem_id="penalty")
                     theta = gr.Number(value=1.2, label="Penalty θ", elem_id="theta")
@@ -244,7 +249,7 @@ def build_demo(model: str | None = None, max_queue: int = DEFAULT_MAX_QUEUE) -> 
             with gr.Row():
                 attr_codes = gr.Textbox(label="Codes (comma-separated; empty: all of the model's codes)",
                                         elem_id="attr-codes")
-                prior = gr.Radio(["uniform", "empirical"], value="uniform",
+                prior = gr.Radio(list(PRIORS), value="uniform",
                                  label="Prior p(c) (empirical: the training mixture)", elem_id="prior")
             attr_button = gr.Button("Attribute", variant="primary", elem_id="attribute")
             chart = gr.BarPlot(x="code", y="probability", sort="-y", y_lim=[0, 1], label="p(code | text)",
