@@ -376,6 +376,8 @@ def final_config(scale: str, model: BaseModelConfig | None = None, **overrides) 
     ``overrides`` change preset keys; ``data`` and ``model`` (dicts) are merged key by key into the preset's."""
     from lmstudy.scales import preset
 
+    if isinstance(model, dict):  # ``model=`` given as a preset-style override, not a BaseModelConfig
+        overrides["model"], model = model, None
     params = preset(STUDY, scale)
     unknown = set(overrides) - set(params)
     if unknown:

@@ -159,3 +159,12 @@ def test_shipped_base_folders_load_with_the_auto_classes_and_generate():
         logits = model(input_ids=out[:, :-1]).logits
         assert torch.equal(logits[0, prompt["input_ids"].shape[1] - 1:].argmax(-1), out[0, prompt["input_ids"].shape[1]:])
     assert total <= 40e6, f"the shipped base folders weigh {total / 1e6:.1f} MB, more than 40 MB"
+
+
+def test_final_config_overrides_merge_into_the_preset():
+    """A study's ``base_overrides`` (a paper-scale dry run's budget): data and model merge key by key."""
+    config = base.final_config("paper", model={"seq_len": 128}, data={"data_fraction": 0.01}, batch_size=2)
+    assert (config.model.n_layer, config.model.n_embd, config.model.seq_len) == (12, 768, 128)
+    assert config.data.data_fraction == 0.01 and config.data.vocab_size == 50257 and config.batch_size == 2
+    with pytest.raises(KeyError, match="unknown base preset key"):
+        base.final_config("paper", steps=3)

