@@ -98,3 +98,16 @@ def test_every_scale_of_a_study_has_the_same_parameters():
 def test_yaml_11_boolean_words_stay_words():
     assert parse_overrides([("mixed_precision", "no"), ("flag", "false"), ("x", "On")]) == {
         "mixed_precision": "no", "flag": False, "x": "On"}
+
+
+@pytest.mark.slow
+def test_study_without_pretrained_weights_fails_in_one_line(isolated_env, tmp_path):
+    """The paper preset's init_from="gpt2" with no weights here: one line naming them and the fetch command, exit
+    1, before any corpus is read; the executed notebook keeps the traceback."""
+    env = {**isolated_env, "HF_HUB_CACHE": str(tmp_path / "empty-hub"), "HF_HUB_OFFLINE": "1"}
+    result = _cli("study", "04_control_codes", "--scale", "paper", env=env)
+    assert result.returncode == 1, result.stderr[-3000:]
+    lines = [line for line in result.stderr.splitlines() if line.startswith("lmstudy: error:")]
+    assert len(lines) == 1 and "MissingWeights: init_from='gpt2'" in lines[0]
+    assert "hf download gpt2 --local-dir models/gpt2" in lines[0] and "Traceback" not in result.stderr
+    assert (tmp_path / "runs" / "notebooks" / "04_control_codes-paper.ipynb").is_file()

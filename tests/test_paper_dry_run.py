@@ -70,8 +70,8 @@ DRY_RUNS: dict[str, tuple[dict[str, str], list[str]]] = {
                           "model: {seq_len: 256}, batch_size: 2, compute: 1.0e+12, compile: false}",
     }, ["wikipedia", "books", "reddit", "imdb", "news", "irc", "wikitext2", "lambada"]),
     "04_control_codes": ({
-        "init_from": "{gpt2}", "codes": "[Wikipedia, Books, Reviews]", "train_docs": "2", "eval_docs": "1",
-        "max_doc_chars": "2000", "max_steps": "2", "eval_every": "1", "warmup_steps": "1",
+        "init_from": "{gpt2}", "codes": "[Wikipedia, Books, Reviews]", "train_docs": "5", "eval_docs": "1",
+        "max_steps": "2", "eval_every": "1", "warmup_steps": "1",
         "batch_size": "2",  # time (as 02)
         "mixed_precision": "{mixed_precision}",
     }, ["wikipedia", "books", "imdb", "gpt2_bpe"]),
