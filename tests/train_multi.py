@@ -6,7 +6,8 @@ multi-process and gradient-accumulation tests of test_multiprocess.py compare.
 
 KIND: ``lstm`` (a tiny LSTM on ``LMTask`` random windows), ``awd`` (AWD-LSTM on its stateful task with variable
 BPTT, the lr scaled by the window and NT-ASGD), ``gpt2e`` (a tiny GPT2E on ``EntityLMTask``: stateful, padded
-rows, a loss averaged over a varying number of tokens). ``--batch`` is the global batch (every process and
+rows, a loss averaged over a varying number of tokens), or ``all`` (the three, one after the other, in one launch).
+``--batch`` is the global batch (every process and
 accumulation part trains on its share). Trains into the run cache under RUNS_DIR (study ``multi-KIND``),
 resuming from a checkpoint; the main process prints the final metrics as JSON. Each process writes its pid to
 ``RUNS_DIR/pid-RANK`` (the kill test kills one of them). Dropout is off unless ``--dropout``: one process and
@@ -92,7 +93,7 @@ def main(kind: str, runs_dir: str, batch: int = 8, accum: int = 1, steps: int = 
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("kind", choices=KINDS)
+    parser.add_argument("kind", choices=(*KINDS, "all"))
     parser.add_argument("runs_dir")
     parser.add_argument("--batch", type=int, default=8)
     parser.add_argument("--accum", type=int, default=1)
@@ -100,6 +101,7 @@ if __name__ == "__main__":
     parser.add_argument("--checkpoint-every", type=int, default=4)
     parser.add_argument("--dropout", action="store_true")
     args = parser.parse_args()
-    metrics = main(args.kind, args.runs_dir, args.batch, args.accum, args.steps, args.dropout, args.checkpoint_every)
-    if int(os.environ.get("RANK", "0")) == 0:
-        print(json.dumps(metrics))
+    for kind in KINDS if args.kind == "all" else (args.kind,):
+        metrics = main(kind, args.runs_dir, args.batch, args.accum, args.steps, args.dropout, args.checkpoint_every)
+        if int(os.environ.get("RANK", "0")) == 0:
+            print(json.dumps({"kind": kind, **metrics}))
