@@ -43,7 +43,8 @@ def _add_study_command(subparsers) -> None:
     study.add_argument("--scale", choices=SCALES, default="smoke")
     study.add_argument(
         "-p", "--parameter", nargs=2, action="append", default=[], metavar=("KEY", "VALUE"),
-        help="override one parameter (value parsed as YAML: 3, 1e-3, true, text)",
+        help="override one parameter (value parsed as YAML: 3, 1e-3, true, [a, b], {k: v}, text; yes/no/on/off "
+        "stay words); init_from (studies 02, 04) takes a local Hugging Face folder or a cached hub id",
     )
     study.set_defaults(handler=_run_study)
 
