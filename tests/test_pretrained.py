@@ -77,3 +77,24 @@ def test_the_studies_load_init_from_through_it(tiny_gpt2, monkeypatch, tmp_path)
     empty_hub_cache(monkeypatch, tmp_path)
     with pytest.raises(MissingWeights, match="hf download"):
         pretrained_with_codes("gpt2", ["Wikipedia"])
+
+
+@pytest.mark.parametrize("name", ["base", "base-30pct", "base-10pct"])
+def test_the_shared_base_models_load_by_relative_folder(name, monkeypatch, tmp_path):
+    """The shipped base folders as ``init_from`` (relative to the repository root, from any directory): the same
+    weights and tokenizer as ``study_base`` reads, and the entity study builds on them."""
+    from lmstudy.entity import study as entity_study
+    from lmstudy.paths import REPO_ROOT
+    from lmstudy.tokenization import load_tokenizer
+
+    folder = REPO_ROOT / "models" / name
+    if not (folder / "model.safetensors").is_file():
+        pytest.skip(f"{folder} is not in this checkout")
+    monkeypatch.chdir(tmp_path)  # as a notebook runs in notebooks/: found from the repository root
+    model, tokenizer, found = load_pretrained(f"models/{name}")
+    assert found == folder and model.config.n_layer == 3 and model.config.n_embd == 192
+    text = "The shared base, read as init_from."
+    assert tokenizer(text).input_ids == load_tokenizer(folder)(text).input_ids
+    assert next(model.parameters()).dtype == torch.float32  # the shipped float16 weights, widened
+    base = entity_study._load_base("paper", f"models/{name}")
+    assert base.model.config.vocab_size == len(base.tokenizer) == model.config.vocab_size
