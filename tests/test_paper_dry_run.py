@@ -59,7 +59,7 @@ DRY_RUNS: dict[str, tuple[dict[str, str], list[str]]] = {
         "mixed_precision": "{mixed_precision}",
     }, ["gum", "litbank", "lambada", "gpt2_bpe"]),
     "03_kronecker": ({
-        "classes": "[81M]", "inits": "[van_loan]", "compare_class": "81M", "seeds": "[0]",
+        "fractions": "[1.0]", "classes": "[81M]", "inits": "[van_loan]", "compare_class": "81M", "seeds": "[0]",
         "table6_class": "81M", "table6_factors": "[1]", "finetune_tokens": "512", "evals_per_run": "1",
         "val_tokens": "512", "wikitext_tokens": "1024", "lambada_examples": "4", "domains": "[news]",
         "domain_documents": "1", "eval_batch_size": "2",
