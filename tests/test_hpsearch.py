@@ -150,3 +150,12 @@ def test_search_config_from_presets():
         assert config.n_trials >= 3 and config.base["domain"] == "news"
         assert config.space.bounds["nlayers"][0] >= 1
     assert hpsearch.search_config("paper").space.bounds["nhid"] == (650, 1650)
+
+
+def test_published_search_keeps_its_study_name():
+    """The presets spell out the AWD-LSTM regularisation since issue 24; the search's name must not change with
+    it (the published cpu search is ``welch-fig1-cpu-9ac0833c``, results/notebooks/01b_...-cpu.ipynb)."""
+    from lmstudy.welch.hpsearch import search_config
+
+    assert search_config("cpu").study_name == "welch-fig1-cpu-9ac0833c"
+    assert search_config("smoke").study_name == "welch-fig1-smoke-672456f4"
