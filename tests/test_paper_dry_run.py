@@ -39,13 +39,13 @@ DRY_RUNS: dict[str, tuple[dict[str, str], list[str]]] = {
         "batch_size": "4",  # time: a 32 x 256 step of the 12 x 768 model (93M) is ~4.6 TFLOP, ~1 minute
     }, ["ptb"]),
     "01_embedding_init": ({
-        "configs": "standard_vs_ours", "seeds": "[0]", "settings": "[Std, Std-news, Rare]", "section3_seeds": "[]",
+        "configs": "standard_vs_ours", "seeds": "[0]", "settings": "[Std]", "section3_seeds": "[]",
         "max_epochs": "1", "max_steps": "2", "train_tokens": "3000", "eval_tokens": "1000", "vector_epochs": "1",
         "pretrain_sentences": "1000",
     }, ["ptb", "reuters21578", "bbc_news"]),
     "01b_embedding_init_extended": ({
-        "configs": "pair", "seeds": "[0]", "domains": "[news]", "unk_cutoffs": "[0, 5]",
-        "vector_sources": "[news]", "train_multiples": "[1, 2]", "search_trials": "2", "max_epochs": "1",
+        "configs": "pair", "seeds": "[0]", "domains": "[news]", "unk_cutoffs": "[0]",
+        "vector_sources": "[news]", "train_multiples": "[1]", "search_trials": "1", "max_epochs": "1",
         "max_steps": "2", "train_tokens": "3000", "eval_tokens": "1000", "vector_epochs": "1",
         "pretrain_sentences": "1000",
         # the word-level GPT-2 keeps 12 x 400; batch 4 for time (as 00)
