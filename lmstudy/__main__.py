@@ -2,12 +2,13 @@
 
 Commands:
   data list | verify [NAMES] | fetch NAME | stats    the corpus catalogue (lmstudy.data)
+  data add NAME PATH                                 register your own corpus (lmstudy.data.add_corpus)
   study NAME --scale smoke|cpu|paper [-p KEY VALUE]  run a study notebook with papermill
   krony table                                        Krony-PT parameter accounting (paper Tables 1 and 2)
   generate --model DIR --code C --prompt TEXT        control-coded generation (CTRL study)
   attribute --model DIR TEXT                         source attribution p(code | text) (CTRL study)
   hpsearch --scale S [--n-trials N] [--storage URL]  Welch Figure 1 random search with Optuna (study 01b)
-  runs archive STUDY DEST [--weights W] | restore SRC carry finished runs between machines (run_archive)
+  runs archive STUDY DEST [--weights W] | restore SRC carry runs between machines (run_archive)
   eval PATH [--stride N] [--lambada N] [--json OUT]  the evaluation protocol's table for a model folder (evaluation)
   base sweep | train | export --scale S              the shared base models (lmstudy.base, base_cli)
 
@@ -24,7 +25,7 @@ def _add_data_command(subparsers) -> None:
     from lmstudy.data import cli as data_cli
     from lmstudy.data import stats as data_stats
 
-    data = subparsers.add_parser("data", help="list, verify, fetch corpora; rare-word statistics")
+    data = subparsers.add_parser("data", help="list, verify, fetch corpora; add your own; rare-word statistics")
     data_commands = data.add_subparsers(dest="data_command", required=True, metavar="SUBCOMMAND")
     data_cli.register(data_commands)
     data_stats.register(data_commands)
