@@ -63,14 +63,14 @@ def test_a_missing_driver_is_one_line_naming_the_extra(monkeypatch, capsys):
 
 @pytest.mark.slow
 def test_workers_started_together_on_a_fresh_database_share_the_search(fresh_database, tmp_path):
-    """4 workers, 6 samples: every sample COMPLETE exactly once, each side of each sample trained once."""
+    """3 workers, 6 samples: every sample COMPLETE exactly once, each side of each sample trained once."""
     n_trials, calls = 6, tmp_path / "calls.txt"
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO_ROOT), os.environ.get("PYTHONPATH", "")]),
            "LMSTUDY_RUNS": str(tmp_path / "runs"), "OMP_NUM_THREADS": "1"}
     start_at = time.time() + 8  # after every worker's imports: they open the new database together
     workers = [subprocess.Popen([sys.executable, str(WORKER), fresh_database, str(n_trials), str(calls),
                                  str(start_at)], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-               for _ in range(4)]
+               for _ in range(3)]
     for worker in workers:
         _, err = worker.communicate(timeout=240)
         assert worker.returncode == 0, err[-3000:]
@@ -80,8 +80,9 @@ def test_workers_started_together_on_a_fresh_database_share_the_search(fresh_dat
 
     study = hpsearch.load_study(config(fresh_database, n_trials))
     complete = [t for t in study.get_trials() if t.state.name == "COMPLETE"]
-    assert sorted(t.user_attrs["sample_index"] for t in complete) == list(range(n_trials))
-    assert {t.state.name for t in study.get_trials()} <= {"COMPLETE", "PRUNED"}  # pruned: a twin, never trained
+    assert sorted(t.user_attrs.get("sample_index") for t in complete) == list(range(n_trials))
+    # Pruned before training: a twin of a sample, or a random trial made when another worker took ours.
+    assert {t.state.name for t in study.get_trials()} <= {"COMPLETE", "PRUNED"}
     samples = hpsearch.sample_trials(config(fresh_database, n_trials).space, n_trials, seed=0)
     trained = collections.Counter(calls.read_text().splitlines())
     expected = collections.Counter(f"{float(s['lr'])!r} {side}" for s in samples for side in hpsearch.SIDES.values())

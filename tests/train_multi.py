@@ -104,4 +104,9 @@ if __name__ == "__main__":
     for kind in KINDS if args.kind == "all" else (args.kind,):
         metrics = main(kind, args.runs_dir, args.batch, args.accum, args.steps, args.dropout, args.checkpoint_every)
         if int(os.environ.get("RANK", "0")) == 0:
-            print(json.dumps({"kind": kind, **metrics}))
+            print(json.dumps({"kind": kind, **metrics}), flush=True)
+    from accelerate import PartialState
+
+    # Leave the process group before exiting: a gloo process that exits with it open can abort ("terminate
+    # called without an active exception") when the other process has already gone.
+    PartialState().destroy_process_group()

@@ -32,6 +32,9 @@ Design decisions:
   schema and the study one after the other. Chosen over retrying on the integrity error: the lock is one
   statement, nothing is half created when a worker proceeds, and no error types of SQLAlchemy / psycopg
   have to be recognised. It is held only while the study is opened, not while trials run.
+- Another worker can pop the trial a worker has just enqueued; ``optimize`` then finds no waiting trial and
+  asks the sampler for a new one, which is none of the samples: it is pruned before training, and the
+  worker goes on with the next sample.
 - Two workers can enqueue the same sample at the same instant. Only the lowest-numbered live trial of a
   sample trains: a trial prunes itself before training when its sample has a COMPLETE trial or a WAITING /
   RUNNING one with a lower number (that one will train, or, if its worker dies, fail by heartbeat and be
@@ -238,6 +241,8 @@ def run_search(config: SearchConfig, run_fn: Callable | None = None, poll_s: flo
 
     def objective(trial: optuna.Trial) -> tuple[float, float]:
         index = _index(trial)
+        if index is None:  # another worker popped the trial we enqueued, so optimize() made a new, random one
+            raise optuna.TrialPruned("not one of the search's samples")
         # Another worker enqueued this sample at the same instant: the lowest-numbered live trial trains.
         twins = [t for t in study.get_trials(deepcopy=False) if t.number != trial.number and _index(t) == index
                  and (t.state == State.COMPLETE
