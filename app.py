@@ -104,13 +104,24 @@ def _model_summary(served: ServedModel) -> str:
 
 
 def _default_codes(served: ServedModel | None) -> list[str]:
+    """The code of each of the MAX_COLUMNS columns when a model is loaded ("" where the model has no more)."""
     if served is None:
         return [""] * MAX_COLUMNS
     if served.kind == "plain":
         return (served.codes + DEFAULT_CODES)[:MAX_COLUMNS]
     preferred = [code for code in DEFAULT_CODES if code in served.codes]
-    rest = [code for code in served.codes if code not in preferred]
-    return (preferred + rest + [""] * MAX_COLUMNS)[:MAX_COLUMNS]
+    codes = preferred + [code for code in served.codes if code not in preferred]
+    if codes and len(codes) < MIN_COLUMNS:  # a one-code model: its code in both columns (Same seed off to compare)
+        codes = (codes * MIN_COLUMNS)[:MIN_COLUMNS]
+    return (codes + [""] * MAX_COLUMNS)[:MAX_COLUMNS]
+
+
+def _default_columns(served: ServedModel | None) -> int:
+    """How many columns to show for a model: one per code, MIN_COLUMNS to MAX_COLUMNS, so that no shown column
+    is empty (a model with 2 codes opens with 2 columns and the default Generate works)."""
+    if served is None or served.kind == "plain":  # a plain model's codes are typed prefixes: any number
+        return MAX_COLUMNS
+    return min(MAX_COLUMNS, max(MIN_COLUMNS, len(served.codes)))
 
 
 def _example_fits(served: ServedModel | None, codes: list[str]) -> bool:
@@ -167,11 +178,12 @@ def build_demo(model: str | None = None, max_queue: int = DEFAULT_MAX_QUEUE) -> 
     def select_model(model_name, max_new_tokens):
         current = registry.get(model_name)
         fits = [_example_fits(current, codes) for _, codes in EXAMPLES]
-        return (_model_summary(current),
+        columns = _default_columns(current)  # the number of columns follows the model's codes
+        return (_model_summary(current), columns,
                 *[gr.update(choices=current.codes, value=code) for code in _default_codes(current)],
                 gr.update(label=_max_new_tokens_label(current),
                           value=fit_max_new_tokens(max_new_tokens, current, DEFAULT_NEW_TOKENS)),
-                gr.update(visible=any(fits)), *[gr.update(visible=fit) for fit in fits])
+                gr.update(visible=any(fits)), *[gr.update(visible=fit) for fit in fits], *show_columns(columns))
 
     def load_example(index, model_name, max_new_tokens):
         current = registry.get(model_name)
@@ -202,8 +214,8 @@ def build_demo(model: str | None = None, max_queue: int = DEFAULT_MAX_QUEUE) -> 
         with gr.Tab("Compare"):
             prompt = gr.Textbox(label="Prompt", value="The knife", lines=2, elem_id="prompt")
             with gr.Row():
-                n_columns = gr.Radio(list(range(MIN_COLUMNS, MAX_COLUMNS + 1)), value=MAX_COLUMNS, label="Columns",
-                                     elem_id="n-columns")
+                n_columns = gr.Radio(list(range(MIN_COLUMNS, MAX_COLUMNS + 1)), value=_default_columns(served),
+                                     label="Columns", elem_id="n-columns")
                 same_seed = gr.Checkbox(value=True, label="Same seed in every column", elem_id="same-seed")
                 seed = gr.Number(value=0, precision=0, label="Seed", elem_id="seed")
                 max_new_tokens = gr.Number(
@@ -225,7 +237,8 @@ def build_demo(model: str | None = None, max_queue: int = DEFAULT_MAX_QUEUE) -> 
             code_boxes, text_boxes, stat_boxes, column_groups = [], [], [], []
             with gr.Row(equal_height=False):
                 for k, code in enumerate(_default_codes(served)):
-                    with gr.Column(min_width=200, elem_id=f"column-{k + 1}") as group:
+                    with gr.Column(min_width=200, elem_id=f"column-{k + 1}",
+                                   visible=k < _default_columns(served)) as group:
                         code_boxes.append(gr.Dropdown(
                             choices=served.codes if served else [], value=code, allow_custom_value=True,
                             label=f"Control code {k + 1}", elem_id=f"code-{k + 1}"))
@@ -268,7 +281,8 @@ def build_demo(model: str | None = None, max_queue: int = DEFAULT_MAX_QUEUE) -> 
         attr_button.click(_user_errors(attribute), [model_box, text, attr_codes, prior], [chart, table, attr_notice],
                           api_name="attribute", **model_events)
         model_box.change(_user_errors(select_model), [model_box, max_new_tokens],
-                         [model_info, *code_boxes, max_new_tokens, examples_box, *example_buttons],
+                         [model_info, n_columns, *code_boxes, max_new_tokens, examples_box, *example_buttons,
+                          *column_groups],
                          api_name="select_model", **model_events)
         n_columns.change(show_columns, n_columns, column_groups, queue=False, api_visibility="private")
         example_outputs = [prompt, n_columns, *code_boxes, decoding, penalty, theta, max_new_tokens, sampling_panel,

@@ -143,9 +143,10 @@ def test_attribute_endpoint(client, model_dir):
     assert [r[1] for r in table["data"]] == ["Alpha"] and table["data"][0][5] == 1.0  # prior column
     _, _, notice = client.predict(str(model_dir), "apple banana " * 40, "", "uniform", api_name="/attribute")
     assert "scored its first 31" in notice  # cut to the context (32 positions, code included)
-    info, *codes, max_new_tokens = client.predict(str(model_dir), 10, api_name="/select_model")
+    info, n_columns, *codes, max_new_tokens = client.predict(str(model_dir), 10, api_name="/select_model")
     assert "control-code model" in info and "context 32 tokens" in info and [c["value"] for c in codes] == [
         "Alpha", "Beta", "", ""]
+    assert n_columns == 2  # a two-code model shows two columns, none of them empty
     assert max_new_tokens["value"] == 10 and max_new_tokens["label"] == "Max new tokens (≤ 16)"
 
 
@@ -437,6 +438,8 @@ def study_codes_model():
     ("Reviews", "", ""), ("<|Reviews|>", "", ""), ("Reviews Rating: 1.0", "", "Rating: 1.0\n"),
     ("Reviews  Rating: 5.0 ", "", "Rating: 5.0\n"), ("Questions Q:", " ", "Q:"), ("News Text:", " ", "Text:"),
     ("News Title: Markets fall", "", "Title: Markets fall\n"),
+    # code-mixing (the paper's Table 5): a domain code with another domain's template
+    ("Wikipedia English:", " ", "English:"), ("Reviews Q:", " ", "Q:"), ("Wikipedia Rating: 1.0", "", "Rating: 1.0\n"),
 ])
 def test_composite_codes(study_codes_model, code, glue, secondary):
     tok = study_codes_model.tokenizer
@@ -449,7 +452,7 @@ def test_composite_codes(study_codes_model, code, glue, secondary):
     ("Reviews Rating: 7.0", "after Reviews write `Rating: 1.0` to `Rating: 5.0`"),
     ("Reviews Rating: 1", "Malformed control code 'Reviews Rating: 1'"),
     ("Reviews Stars: 5", "Malformed control code"),
-    ("Wikipedia Rating: 1.0", "Wikipedia takes no secondary code (these do: Reviews, News, Questions)"),
+    ("Wikipedia Stars: 5", "Wikipedia takes no secondary code of its own; to mix codes write another domain's"),
     ("Questions What?", "after Questions write `Q:`"),
     ("Books", "Unknown control code 'Books'; this model knows: Wikipedia, Reviews, Questions, News"),
     ("reviews", "Unknown control code 'reviews'"),

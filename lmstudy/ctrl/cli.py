@@ -1,9 +1,11 @@
-"""``python -m lmstudy generate`` and ``python -m lmstudy attribute``: the CTRL model from the shell.
+"""``python -m lmstudy generate``, ``attribute`` and ``ctrl add-codes``: the CTRL model from the shell.
 
     python -m lmstudy generate --model DIR --code Reviews --code News --prompt "The film" --penalty ctrl
+    python -m lmstudy generate --model DIR --code "r/Sports English:" --prompt "The team won ; German:"
     python -m lmstudy attribute --model DIR "Rating: 5.0 A wonderful film."
+    python -m lmstudy ctrl add-codes --model DIR --code Recipes=recipes/ --code Poems=poems.jsonl
 
-``register(subparsers)`` adds both commands (the lead wires it into ``lmstudy/__main__.py``).
+``register(subparsers)`` adds the three commands (the lead wires it into ``lmstudy/__main__.py``).
 Bad input (unknown code, empty prompt, a folder that is no model) raises ``ValueError`` /
 ``FileNotFoundError``, which ``__main__`` prints as one ``lmstudy: error:`` line.
 """
@@ -13,10 +15,12 @@ from __future__ import annotations
 
 
 def _codes(values: list[str] | None) -> list[str] | None:
-    """``--code A --code B,C`` -> [A, B, C]; None when not given."""
+    """``--code A --code B,C`` -> [A, B, C]; None when not given. A value with a space is one composite
+    code, never split (``--code "r/Sports English:"``: its template may hold commas)."""
     if not values:
         return None
-    return [name.strip() for value in values for name in value.split(",") if name.strip()]
+    return [name.strip() for value in values
+            for name in ([value] if " " in value.strip() else value.split(",")) if name.strip()]
 
 
 def _generate(args) -> int:
@@ -50,15 +54,60 @@ def _attribute(args) -> int:
     return 0
 
 
+def _add_codes(args) -> int:
+    import pandas as pd
+
+    from lmstudy.ctrl.add_codes import AddCodesConfig, add_codes, default_out_dir, parse_code_paths
+
+    new_codes = parse_code_paths(args.code)
+    out = args.out or default_out_dir(args.model, list(new_codes))
+    config = AddCodesConfig(steps=args.steps, batch_size=args.batch_size, lr=args.lr, held_out=args.held_out,
+                            replay_docs=args.replay_docs, eval_docs=args.eval_docs, text_column=args.text_column,
+                            seed=args.seed)
+    report = add_codes(args.model, new_codes, out, config, force=args.force)
+    with pd.option_context("display.max_rows", None, "display.width", 140):
+        print(report.to_string(index=False, float_format=lambda v: f"{v:.3f}"))
+    print(f"wrote {out} (the app lists it; python app.py --model {out})")
+    return 0
+
+
+def _register_ctrl(subparsers) -> None:
+    ctrl = subparsers.add_parser("ctrl", help="control-code model tools (CTRL study): add-codes")
+    commands = ctrl.add_subparsers(dest="ctrl_command", required=True, metavar="SUBCOMMAND")
+    add = commands.add_parser(
+        "add-codes", help="fine-tune a copy of a control-code model with new codes learnt from your own text",
+        description="New control codes from your own text (lmstudy.ctrl.add_codes): each --code NAME=PATH (a folder "
+                    "of .txt files or a .jsonl file with a text field) becomes the special token <|NAME|>; the "
+                    "copy is trained on the new text plus replayed text of the old codes, so they keep working. "
+                    "Prints each code's held-out loss and attribution accuracy before and after.",
+    )
+    add.add_argument("--model", required=True, help="folder written by lmstudy.ctrl.model.save_control_model")
+    add.add_argument("--code", action="append", required=True, metavar="NAME=PATH",
+                     help="a new code and its documents (repeat for several)")
+    add.add_argument("--out", help="where to write the new model (default: models/<model>+<codes>, listed by the app)")
+    add.add_argument("--steps", type=int, default=300, help="training steps (default 300)")
+    add.add_argument("--batch-size", type=int, default=8)
+    add.add_argument("--lr", type=float, default=5e-4)
+    add.add_argument("--held-out", type=float, default=0.1, help="share of each new code's documents held out")
+    add.add_argument("--replay-docs", type=int, default=100, help="training documents replayed per old code")
+    add.add_argument("--eval-docs", type=int, default=10, help="held-out documents per old code measured")
+    add.add_argument("--text-column", default="", help="the .jsonl field holding the text (default: text)")
+    add.add_argument("--seed", type=int, default=0)
+    add.add_argument("--force", action="store_true", help="replace --out if it exists")
+    add.set_defaults(handler=_add_codes)
+
+
 def register(subparsers) -> None:
-    """Add ``generate`` and ``attribute`` to the ``lmstudy`` command line."""
+    """Add ``generate``, ``attribute`` and ``ctrl add-codes`` to the ``lmstudy`` command line."""
     generate = subparsers.add_parser(
         "generate", help="continue a prompt under one or more control codes (CTRL)",
         description="Generate from a control-code model, one column per code, in one batch with a fixed seed.",
     )
     generate.add_argument("--model", required=True, help="folder written by lmstudy.ctrl.model.save_control_model")
     generate.add_argument("--code", action="append", metavar="CODE",
-                          help="control code (repeat or comma-separate; default: every code of the model)")
+                          help="control code (repeat or comma-separate; default: every code of the model). A value "
+                               "with a space is one composite code: 'Reviews Rating: 5.0', or code-mixed "
+                               "'r/Sports English:'")
     generate.add_argument("--prompt", required=True, help="text to continue")
     generate.add_argument("--max-new-tokens", type=int, default=50)
     generate.add_argument("--temperature", type=float, default=1.0)
@@ -85,6 +134,7 @@ def register(subparsers) -> None:
                            help="uniform (the paper's) or the model's training mixture")
     attribute.add_argument("--top", type=int, default=20, help="print the first N codes")
     attribute.set_defaults(handler=_attribute)
+    _register_ctrl(subparsers)
 
 
 __all__ = ["register"]

@@ -32,6 +32,8 @@ the text itself (their Table 7): ``Reviews Rating: 5.0``, ``Links Title: ... Tex
   r/<sub>      ``reddit`` split, one code   ``Title: <root text> Text:    split valid + test
                per subreddit (train +       <replies>``                   (for both: see below)
                pretrain)
+  Links        news, wikipedia, reddit      a URL from the metadata       split valid / test
+               splits in turn               (see "Link codes" below)
   ============ ============================ ============================= ===========================
 
 - IMDB ratings (1-4 and 7-10 in the corpus) map to five levels as ``ceil(rating / 2)``: 1-2 -> 1.0,
@@ -46,11 +48,35 @@ the text itself (their Table 7): ``Reviews Rating: 5.0``, ``Links Title: ... Tex
   subreddit code are the same documents). Training and held-out threads stay disjoint.
 - A Reddit document is a conversation tree whose first line is its root (a submission title or a
   comment): that line is the ``Title:``, the replies are the ``Text:``.
+- **Link codes** (the paper's ``Links`` domain, its Table 3): where our corpora carry the metadata, a
+  document is also written after a URL built from it, under one more code, ``Links``
+  (:func:`link_url`; the line after the URL is the document's text, as in the paper):
+
+  ============ ===============================================================
+  corpus       URL (``<slug>``: the title's first 8 words, lower case, ``-``)
+  ============ ===============================================================
+  Reuters      ``https://www.reuters.com/<yyyy>/<mm>/<dd>/<first topic or news>/<slug>``
+  BBC News     ``https://news.bbc.co.uk/<category>/<slug>`` (our copy has no dates)
+  Wikipedia    ``https://en.wikipedia.org/wiki/<Title_with_underscores>``
+  Reddit       ``https://www.reddit.com/r/<subreddit>/comments/<slug of the root line>``
+  ============ ===============================================================
+
+  ``Links`` draws its documents from the ``news``, ``wikipedia`` and ``reddit`` splits in turn (one of
+  each, round robin, so a ``limit`` gets all three), reddit's ``extra`` file excluded (no subreddit).
+  The same documents also train under their own domain codes: the link code adds a way to *ask* for
+  them by path, date and category, which the Table 3 probe (``lmstudy.ctrl.probes.link_probe``) varies.
+- **Code-mixing** (the paper's Table 5: ``Diet English : I lost 10 kgs! ; German :``): a composite code
+  ``DOMAIN TEMPLATE`` may put any domain's secondary code (:data:`SECONDARY_FORMS`) after any domain
+  code, e.g. ``r/Sports English:`` (prompt ``The match was great ; German:``) or ``Wikipedia Q:``.
+  :func:`check_secondary` accepts a domain's own form and every other domain's template; a text of no
+  known form is refused. Nothing in training pairs a code with another domain's template: whether the
+  model keeps both is measured (``lmstudy.ctrl.probes.code_mixing_table``).
 """
 
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
@@ -68,8 +94,8 @@ class ControlCode:
     """One domain code: its name (what users type), its source and how its documents are written."""
 
     name: str
-    source: str  # "split:<domain>", "qc", "multi30k"
-    secondary: str = ""  # "" | "rating" | "title_text" | "question" | "translation"
+    source: str  # "split:<domain>", "qc", "multi30k", "links"
+    secondary: str = ""  # "" | "rating" | "title_text" | "question" | "translation" | "link"
     subreddit: str | None = None  # reddit codes: the Document label to keep
 
     @property
@@ -101,7 +127,18 @@ CODES: dict[str, ControlCode] = {
         ControlCode("Questions", "qc", secondary="question"),
         ControlCode("Translation", "multi30k", secondary="translation"),
         *[ControlCode(f"r/{sub}", "split:reddit", secondary="title_text", subreddit=sub) for sub in SUBREDDITS],
+        ControlCode("Links", "links", secondary="link"),
     ]
+}
+
+# The form of each secondary code (what follows the code token in ``format_text``), as typed after a
+# code name in a composite code, and how an error message describes it.
+SECONDARY_FORMS = {
+    "rating": (re.compile(r"Rating: [1-5]\.0"), "`Rating: 1.0` to `Rating: 5.0`"),
+    "title_text": (re.compile(r"(Title: \S.*|Text:)"), "`Title: <a title>` or `Text:`"),
+    "question": (re.compile(r"Q:( \S.*)?"), "`Q:`"),
+    "translation": (re.compile(r"English: \S.*|English:"), "`English: <a sentence> ; German:`"),
+    "link": (re.compile(r"https?://\S+"), "`https://<a URL>`"),
 }
 
 
@@ -114,8 +151,67 @@ def get_code(name: str, known: Iterable[str] | None = None) -> str:
     return name
 
 
+def secondary_kind(secondary: str) -> str | None:
+    """The kind of a typed secondary code (a key of :data:`SECONDARY_FORMS`), None when it has no known form."""
+    return next((kind for kind, (pattern, _) in SECONDARY_FORMS.items() if pattern.fullmatch(secondary)), None)
+
+
+def check_secondary(name: str, secondary: str) -> str:
+    """Check the secondary code typed after code ``name``: its own domain's form, or (code-mixing, module
+    docstring) another domain's template. Returns the kind; ``ValueError`` saying what to write otherwise.
+    Codes outside :data:`CODES` (a user's own, ``ctrl add-codes``) take any text."""
+    kind = secondary_kind(secondary)
+    code = CODES.get(name)
+    if code is None or kind is not None:
+        return kind or ""
+    others = "; ".join(f"{described}" for k, (_, described) in SECONDARY_FORMS.items() if k != code.secondary)
+    if code.secondary:
+        own = SECONDARY_FORMS[code.secondary][1]
+        raise ValueError(f"after {name} write {own} (or, to mix codes, another domain's template: {others})")
+    raise ValueError(f"{name} takes no secondary code of its own; to mix codes write another domain's template "
+                     f"after it: {others}")
+
+
+def template_owners(kind: str) -> list[str]:
+    """The domain codes whose own secondary code is ``kind`` (subreddits excluded: their ``Title:`` is
+    the reddit form of News's): ``translation`` -> ``[Translation]``."""
+    return [code.name for code in CODES.values() if code.secondary == kind and code.subreddit is None]
+
+
 # --------------------------------------------------------------------------------------------
-# formatting a document after its code
+# link codes
+
+
+def _slug(text: str, words: int = 8) -> str:
+    """``"Bahia Cocoa Review!"`` -> ``bahia-cocoa-review``: a URL path segment of a title's first words."""
+    return "-".join(re.findall(r"[a-z0-9]+", text.lower())[:words]) or "untitled"
+
+
+MONTHS = {name: index for index, name in enumerate(
+    ("JAN", "FEB", "MAR", "APR", "MAY", "JUN", "JUL", "AUG", "SEP", "OCT", "NOV", "DEC"), start=1)}
+
+
+def link_url(document: Document) -> str | None:
+    """The URL of a document from its metadata (table in the module docstring); None when the corpus
+    carries none (reddit's ``extra`` file, other domains)."""
+    title = (document.title or document.text.partition("\n")[0]).strip()
+    if document.domain == "wikipedia" and document.title:
+        return f"https://en.wikipedia.org/wiki/{document.title.strip().replace(' ', '_')}"
+    if document.domain == "news" and "date" in document.meta:  # Reuters: "26-FEB-1987 15:01:01.79"
+        match = re.match(r"\s*(\d{1,2})-([A-Z]{3})-(\d{4})", document.meta["date"] or "")
+        topics = document.meta.get("topics") or ["news"]
+        if match and match.group(2) in MONTHS:
+            day, month, year = int(match.group(1)), MONTHS[match.group(2)], match.group(3)
+            return f"https://www.reuters.com/{year}/{month:02d}/{day:02d}/{topics[0]}/{_slug(title)}"
+        return f"https://www.reuters.com/{topics[0]}/{_slug(title)}"
+    if document.domain == "news" and "topic" in document.meta:  # BBC
+        return f"https://news.bbc.co.uk/{document.meta['topic']}/{_slug(title)}"
+    if document.domain == "reddit" and document.label in SUBREDDITS:
+        return f"https://www.reddit.com/r/{document.label}/comments/{_slug(title)}"
+    return None
+
+
+LINK_DOMAINS = ("news", "wikipedia", "reddit")
 
 
 def rating_level(rating: int) -> float:
@@ -142,6 +238,11 @@ def format_text(code: ControlCode, document: Document) -> str:
         return f"Q: {text}"
     if code.secondary == "translation":
         return text  # already "English: ... ; German: ..." (see _translation_pairs)
+    if code.secondary == "link":
+        url = link_url(document)
+        if url is None:
+            raise ValueError(f"document {document.doc_id!r} ({document.domain}) has no metadata to build a link from")
+        return f"{url}\n{text}"
     return text
 
 
@@ -183,6 +284,24 @@ MULTI30K_PART = {"train": "train", "valid": "val", "test": "test_2016_flickr"}
 SUBREDDIT_PARTS = {"train": ("train", "pretrain"), "valid": ("valid", "test"), "test": ("valid", "test")}
 
 
+def _link_documents(part: str, limit: int | None) -> Iterator[Document]:
+    """The ``Links`` code's documents: news, wikipedia and reddit in turn (those with a URL)."""
+    from lmstudy.data.splits import split_documents
+
+    streams = [(d for d in split_documents(domain, part) if link_url(d) is not None) for domain in LINK_DOMAINS]
+    count = 0
+    while streams and (limit is None or count < limit):
+        for stream in list(streams):
+            document = next(stream, None)
+            if document is None:
+                streams.remove(stream)
+                continue
+            if limit is not None and count >= limit:
+                return
+            count += 1
+            yield document
+
+
 def code_documents(name: str, part: str, limit: int | None = None) -> Iterator[Document]:
     """The documents of control code ``name`` in ``part`` (train / valid / test), at most ``limit``."""
     from lmstudy.data.splits import split_documents
@@ -195,6 +314,9 @@ def code_documents(name: str, part: str, limit: int | None = None) -> Iterator[D
         return
     if code.source == "multi30k":
         yield from _translation_pairs(MULTI30K_PART[part], limit)
+        return
+    if code.source == "links":
+        yield from _link_documents(part, limit)
         return
     domain = code.source.split(":", 1)[1]
     if code.subreddit is None:
@@ -218,5 +340,6 @@ def code_texts(name: str, part: str, limit: int | None = None) -> list[str]:
     return [format_text(code, document) for document in code_documents(name, part, limit)]
 
 
-__all__ = ["CODES", "ControlCode", "SUBREDDITS", "code_documents", "code_name", "code_texts", "code_token",
-           "format_document", "format_text", "get_code", "rating_level"]
+__all__ = ["CODES", "ControlCode", "SECONDARY_FORMS", "SUBREDDITS", "check_secondary", "code_documents", "code_name",
+           "code_texts", "code_token", "format_document", "format_text", "get_code", "link_url", "rating_level",
+           "secondary_kind", "template_owners"]

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 
 import torch
 
-from lmstudy.ctrl.codes import code_name
+from lmstudy.ctrl.codes import check_secondary, code_name, get_code
 from lmstudy.ctrl.data import code_id
 from lmstudy.ctrl.sampling import SamplingConfig, build_processors, next_token
 
@@ -51,17 +51,43 @@ def tokenizer_codes(tokenizer) -> list[str]:
             if token.startswith("<|") and token.endswith("|>") and token != tokenizer.eos_token]
 
 
-def _check_inputs(tokenizer, prompt: str, codes: Sequence[str]) -> list[int]:
+@dataclass
+class CodePrefix:
+    """What a (possibly composite) code puts before the prompt: the code's name as typed, the ids of the
+    code token and its secondary code, and the glue between them and the prompt ("" or " ")."""
+
+    code: str
+    ids: list[int]
+    glue: str = ""
+
+
+def code_prefix(tokenizer, code: str, known: Sequence[str] | None = None) -> CodePrefix:
+    """``Reviews`` -> ``<|Reviews|>``; a composite ``DOMAIN SECONDARY`` (``Reviews Rating: 5.0``, or code-mixed
+    ``r/Sports English:``, see ``codes``) -> the code token + the secondary code's ids, then a line break, or
+    a space when the secondary code ends with ``:`` (``Q:``, ``English:``: the prompt follows on its line)."""
+    known = tokenizer_codes(tokenizer) if known is None else list(known)
+    name, _, secondary = code.strip().partition(" ")
+    name, secondary = get_code(name, known), secondary.strip()
+    ids = [code_id(tokenizer, name)]
+    if not secondary:
+        return CodePrefix(name, ids)
+    check_secondary(name, secondary)
+    if secondary.endswith(":"):
+        return CodePrefix(f"{name} {secondary}", ids + tokenizer(secondary, add_special_tokens=False)["input_ids"], " ")
+    return CodePrefix(f"{name} {secondary}", ids + tokenizer(secondary + "\n", add_special_tokens=False)["input_ids"])
+
+
+def _check_inputs(tokenizer, prompt: str, codes: Sequence[str]) -> list[CodePrefix]:
     if not isinstance(prompt, str) or not prompt.strip():
         raise ValueError("the prompt is empty: give some text for the model to continue")
     if not codes:
         raise ValueError("no control codes given: name at least one")
     known = tokenizer_codes(tokenizer)
-    unknown = [code for code in codes if code_name(code) not in known]
+    unknown = [code for code in codes if code_name(code.strip().partition(" ")[0]) not in known]
     if unknown:
         raise ValueError(f"unknown control code(s) {', '.join(map(repr, unknown))}; "
                          f"this model knows: {', '.join(known)}")
-    return [code_id(tokenizer, code_name(code)) for code in codes]
+    return [code_prefix(tokenizer, code, known) for code in codes]
 
 
 @dataclass
@@ -184,20 +210,21 @@ def generate_codes(
     seeds: Sequence[int] | None = None,
     stop_at_eos: bool = True,
 ) -> list[Generation]:
-    """Continue ``prompt`` under each of ``codes`` in one batch; one :class:`Generation` per code."""
-    ids_of_codes = _check_inputs(tokenizer, prompt, codes)
+    """Continue ``prompt`` under each of ``codes`` in one batch; one :class:`Generation` per code.
+    A code may be composite (``Reviews Rating: 5.0``, code-mixed ``r/Sports English:``: :func:`code_prefix`)."""
+    prefixes = _check_inputs(tokenizer, prompt, codes)
     seeds = [seed] * len(codes) if seeds is None else list(seeds)
     if len(seeds) != len(codes):
         raise ValueError(f"{len(seeds)} seeds for {len(codes)} codes")
-    prompt_ids = tokenizer(prompt, add_special_tokens=False)["input_ids"]
-    # Our codes are one token each, so these rows are equally long; generate_rows pads anyway
-    # (codes of several tokens in a fine-tuned checkpoint, or one prompt per column).
-    rows = [[cid] + prompt_ids for cid in ids_of_codes]
+    # Plain codes are one token each, so their rows are equally long; composite codes add their
+    # secondary code's tokens, and generate_rows left-pads the rows to a common length.
+    rows = [prefix.ids + tokenizer(prefix.glue + prompt, add_special_tokens=False)["input_ids"] for prefix in prefixes]
     continuations = generate_rows(model, rows, sampling, max_new_tokens, seeds, tokenizer.eos_token_id,
                                   tokenizer, stop_at_eos)
-    return [Generation(code_name(code), prompt, tokenizer.decode(ids), ids, seeds[k])
-            for k, (code, ids) in enumerate(zip(codes, continuations))]
+    return [Generation(prefix.code, prompt, tokenizer.decode(ids), ids, seeds[k])
+            for k, (prefix, ids) in enumerate(zip(prefixes, continuations))]
 
 
-__all__ = ["Generation", "Step", "context_length", "generate_codes", "generate_rows", "stream_rows",
+__all__ = ["CodePrefix", "Generation", "Step", "code_prefix", "context_length", "generate_codes", "generate_rows",
+           "stream_rows",
            "tokenizer_codes"]

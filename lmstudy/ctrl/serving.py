@@ -19,7 +19,8 @@ Decisions:
   A secondary code that ends with ``:`` (``Questions Q:``, ``News Text:``) is followed by a space
   and the prompt instead of a line break. For the codes of ``codes.CODES`` the secondary part must
   have its domain's form (``Rating: 1.0`` .. ``Rating: 5.0``, ``Title: ...``/``Text:``, ``Q:``,
-  ``English: ...``); a domain without one (``Wikipedia``) takes none.
+  ``English: ...``, a URL after ``Links``) or, *code-mixing* (the paper's Table 5), another domain's
+  form: ``r/Sports English:``, ``Wikipedia Q:`` (``codes.check_secondary``); text of no known form is refused.
 - **Plain causal LMs** (``--model gpt2``): a code is a plain-text prefix (the user types it, e.g.
   ``Reviews:`` or, for ``Salesforce/ctrl``, one of its own codes such as ``Links``), followed by a
   space and the prompt; an empty code means no prefix. Attribution scores each typed prefix:
@@ -64,9 +65,8 @@ import pandas as pd
 import torch
 
 from lmstudy.ctrl.attribution import attribute, posterior
-from lmstudy.ctrl.codes import CODES, code_name, get_code
-from lmstudy.ctrl.data import code_id
-from lmstudy.ctrl.generation import context_length, stream_rows
+from lmstudy.ctrl.codes import code_name, get_code
+from lmstudy.ctrl.generation import code_prefix, context_length, stream_rows
 from lmstudy.ctrl.model import CODES_FILE, STUDY, load_control_model
 from lmstudy.ctrl.sampling import PENALTIES, SamplingConfig
 from lmstudy.paths import REPO_ROOT, models_dir, runs_dir
@@ -94,13 +94,6 @@ EMOJI_TAG_SEQUENCE = re.compile("\U0001F3F4[\U000E0020-\U000E007E]+\U000E007F")
 # by markdown_literal after HTML escaping.
 MARKDOWN_PUNCTUATION = re.compile(r"([\\`*_\[\]!~$])")
 
-# The form of each secondary code (codes.format_text), and how the page describes it.
-SECONDARY_FORMS = {
-    "rating": (re.compile(r"Rating: [1-5]\.0"), "`Rating: 1.0` to `Rating: 5.0`"),
-    "title_text": (re.compile(r"(Title: \S.*|Text:)"), "`Title: <a title>` or `Text:`"),
-    "question": (re.compile(r"Q:( \S.*)?"), "`Q:`"),
-    "translation": (re.compile(r"English: \S.*|English:"), "`English: <a sentence> ; German:`"),
-}
 
 
 class InputError(ValueError):
@@ -310,23 +303,11 @@ def parse_code(served: ServedModel, code, column: str = "") -> Prefix:
     except ValueError as error:
         raise InputError(f"Unknown control code {code_name(name)!r}{where}; this model knows: "
                          f"{', '.join(served.codes)}.") from error
-    ids = [code_id(served.tokenizer, name)]
-    if not secondary:
-        return Prefix(name, ids, "")
-    known = CODES.get(name)
-    if known is not None:  # one of the study's codes: its secondary code has a fixed form
-        if not known.secondary:
-            takers = ", ".join(c.name for c in CODES.values() if c.secondary and c.name in served.codes)
-            raise InputError(f"Malformed control code {code!r}{where}: {name} takes no secondary code "
-                             f"(these do: {takers or 'none of this model'}).")
-        pattern, described = SECONDARY_FORMS[known.secondary]
-        if not pattern.fullmatch(secondary):
-            raise InputError(f"Malformed control code {code!r}{where}: after {name} write {described}.")
-    if secondary.endswith(":"):  # "Q:", "Text:": the prompt follows on the same line
-        return Prefix(f"{name} {secondary}", ids + served.tokenizer(secondary, add_special_tokens=False)["input_ids"],
-                      " ")
-    return Prefix(f"{name} {secondary}",
-                  ids + served.tokenizer(secondary + "\n", add_special_tokens=False)["input_ids"], "")
+    try:  # a secondary code: the domain's own form, or another domain's template (code-mixing)
+        prefix = code_prefix(served.tokenizer, f"{name} {secondary}", served.codes)
+    except ValueError as error:
+        raise InputError(f"Malformed control code {code!r}{where}: {error}.") from error
+    return Prefix(prefix.code, prefix.ids, prefix.glue)
 
 
 def _capitalized(name: str) -> str:
