@@ -7,6 +7,7 @@ Commands:
   krony table                                        Krony-PT parameter accounting (paper Tables 1 and 2)
   generate --model DIR --code C --prompt TEXT        control-coded generation (CTRL study)
   attribute --model DIR TEXT                         source attribution p(code | text) (CTRL study)
+  ctrl add-codes --model DIR --code NAME=PATH        new control codes from your own text (CTRL study)
   hpsearch --scale S [--n-trials N] [--storage URL]  Welch Figure 1 random search with Optuna (study 01b)
   runs archive STUDY DEST [--weights W] | restore SRC carry runs between machines (run_archive)
   eval PATH [--stride N] [--lambada N] [--json OUT]  the evaluation protocol's table for a model folder (evaluation)
