@@ -15,7 +15,15 @@ import torch
 
 from lmstudy.ctrl import add_codes as add_codes_module
 from lmstudy.ctrl.add_codes import AddCodesConfig, add_codes, parse_code_paths, read_code_texts, split_held_out
-from lmstudy.ctrl.codes import CODES, check_secondary, format_text, link_url, secondary_kind, template_owners
+from lmstudy.ctrl.codes import (
+    CODES,
+    check_secondary,
+    code_texts,
+    format_text,
+    link_url,
+    secondary_kind,
+    template_owners,
+)
 from lmstudy.ctrl.data import CodedTexts
 from lmstudy.ctrl.generation import code_prefix, generate_codes, generate_rows
 from lmstudy.ctrl.model import ControlConfig, fit, load_control_model
@@ -97,6 +105,18 @@ def test_link_urls_come_from_each_corpus_metadata():
     assert format_text(CODES["Links"], bbc) == "https://news.bbc.co.uk/tech/games-maker-fights-for-survival\nBody."
     with pytest.raises(ValueError, match="no metadata to build a link"):
         format_text(CODES["Links"], Document("6", "x", "imdb", None, None, {}))
+
+
+def test_links_documents_from_the_corpora():
+    from tests.conftest import require_corpus
+
+    for corpus in ("reuters21578", "bbc_news", "wikipedia", "reddit"):
+        require_corpus(corpus)
+    texts = code_texts("Links", "valid", limit=6)  # news, wikipedia, reddit in turn
+    assert len(texts) == 6 and [t.split("/")[2] for t in texts[:3]] == [
+        "www.reuters.com", "en.wikipedia.org", "www.reddit.com"]
+    assert all("\n" in text and not text.split("\n", 1)[0].count(" ") for text in texts)  # URL line, then text
+    assert not set(texts) & set(code_texts("Links", "train", limit=30))
 
 
 def test_code_mixing_accepts_another_domains_template_and_refuses_unknown_forms():
