@@ -6,7 +6,8 @@ Decisions:
 - **Models.** The app serves one of a fixed *allow-list* of local checkpoints, found on disk when
   the page is built and named by their path relative to the repository: every folder holding
   ``control_codes.json`` directly under ``models/`` or ``models/*/`` (the committed demo checkpoint
-  ``models/ctrl-demo``, a smoke one in ``models/smoke/ctrl-demo``) and every
+  ``models/ctrl-demo``, a smoke one in ``models/smoke/ctrl-demo``, the copies ``ctrl add-codes`` writes to
+  ``models/<model>+<codes>``) and every
   ``runs/04_control_codes/<hash>/model`` of the run cache. The browser only ever sends one of these
   names; a name that is not on the list is refused, so no path typed in a browser is ever opened.
   ``--model ID_OR_PATH`` on the command line adds one more: a control-code folder, or any
