@@ -635,7 +635,10 @@ def train(model: torch.nn.Module, task: TrainTask, config: TrainConfig, run: Run
 
     model, optimizer = accelerator.prepare(model, _adopt(optimizer))
     task.optimizer = _unwrap_optimizer(optimizer)
-    unwrapped = accelerator.unwrap_model(model)
+    # keep_fp32_wrapper=False: under mixed precision prepare() patches the model's forward with autocast, in
+    # place; left there, every score after training (and the caller's model) would be a bf16 one. The
+    # training step autocasts explicitly (accelerator.autocast below), evaluation runs in full precision.
+    unwrapped = accelerator.unwrap_model(model, keep_fp32_wrapper=False)
     carries = [send_to_device(c, accelerator.device) for c in carries]
     model.train()
 

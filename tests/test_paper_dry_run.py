@@ -13,7 +13,9 @@ about a minute, so the batches are cut for time, never the width or depth of a m
 ``$LMSTUDY_DATA/gpt2_bpe``, through the same ``init_from`` path a user's real weights take (``lmstudy.pretrained``).
 
 Each test prints one markdown row (study, model size, seconds, peak memory of the study's process tree): the
-README's "Scaling up" table is ``pytest -s -m slow tests/test_paper_dry_run.py`` output.
+README's "Scaling up" table is ``pytest -s -m paper_dry_run tests/test_paper_dry_run.py`` output. Marked
+``paper_dry_run``, not ``slow``: together they take far longer than the 5 minutes of CI the issue allows (52
+minutes measured under load), so ``make test`` leaves them out until they fit (issue 24 stays open).
 """
 
 from __future__ import annotations
@@ -79,19 +81,6 @@ DRY_RUNS: dict[str, tuple[dict[str, str], list[str]]] = {
     }, ["wikipedia", "litbank", "imdb", "gpt2_bpe"]),
 }
 
-# What the dry runs exposed that is not fixed yet, with the error text that identifies it (any other error fails).
-# After training with mixed_precision="bf16", accelerate leaves the user's model under bf16 autocast:
-# ``Accelerator.prepare`` patches ``model.forward`` in place and ``unwrap_model`` keeps that wrapper by default
-# (keep_fp32_wrapper=True), so every score taken after training (validation, test perplexity, LAMBADA, the
-# budgets' checkpoints) is a bf16 score, while the exported model reloads in fp32: notebook 02's check_export
-# (reloaded test perplexity equal to the recorded one, to 1e-6) fails. The fix belongs in lmstudy/training.py
-# (evaluate and return the model unwrapped with keep_fp32_wrapper=False).
-KNOWN_BF16_FAILURES = {
-    "02_entity_transformer": ("AssertionError: {'path'", "bf16 autocast stays on the trained model (see "
-                              "KNOWN_BF16_FAILURES): recorded scores are bf16, the reloaded export's fp32"),
-}
-
-
 def bf16_on_this_cpu() -> str:
     """``bf16`` where the CPU runs bfloat16 matmuls natively (AVX512-BF16 or AMX), else ``no`` (emulated bf16
     autocast is tens of times slower than fp32; the dry run then keeps fp32 and says so)."""
@@ -151,7 +140,7 @@ def largest_model(runs: Path, since: float) -> int:
     return max(counts, default=0)
 
 
-@pytest.mark.slow
+@pytest.mark.paper_dry_run
 @pytest.mark.parametrize("study", list(DRY_RUNS))
 def test_paper_preset_dry_run(study, gpt2_small, shared_runs, tmp_path):
     from conftest import require_corpus, require_kenlm
@@ -174,10 +163,6 @@ def test_paper_preset_dry_run(study, gpt2_small, shared_runs, tmp_path):
         _, status, usage = os.wait4(process.pid, 0)  # usage: the whole process tree (the notebook's kernel too)
     seconds = time.perf_counter() - start
     errors = (tmp_path / "err.txt").read_text()
-    known = KNOWN_BF16_FAILURES.get(study) if overrides.get("mixed_precision") == "bf16" else None
-    if os.waitstatus_to_exitcode(status) != 0 and known and known[0] in errors:
-        print(f"\n| {study} | (failed as known) | {seconds:.0f} | {usage.ru_maxrss / 1024:,.0f} |")
-        pytest.xfail(known[1])
     assert os.waitstatus_to_exitcode(status) == 0, errors[-4000:]
     executed = shared_runs / "notebooks" / f"{study}-paper.ipynb"
     cells = json.loads(executed.read_text())["cells"]

@@ -276,6 +276,19 @@ def test_mixed_precision_can_change_between_runs_of_one_process():
         assert metrics["steps"] == 3
 
 
+def test_a_model_trained_in_bf16_is_scored_in_full_precision_afterwards():
+    # accelerate patches forward with autocast in place; train() must hand back the plain forward.
+    torch.manual_seed(0)
+    model = tiny_gpt2()
+    config = TrainConfig(max_steps=2, mixed_precision="bf16", lr=1e-3)
+    train(model, tiny_lm_task(), config, get_run("bf16", {"t": config}))
+    fresh = tiny_gpt2()
+    fresh.load_state_dict(model.state_dict())
+    ids = torch.arange(16).view(1, 16) % 48
+    with torch.no_grad():
+        assert torch.equal(model.eval()(input_ids=ids).logits, fresh.eval()(input_ids=ids).logits)
+
+
 def test_resume_after_a_crash_gives_identical_results():
     config = TrainConfig(max_steps=70, lr=3e-3, lr_schedule="cosine", warmup_steps=5, weight_decay=0.1,
                          eval_every=25, checkpoint_every=20, log_every=5, seed=3)
