@@ -127,29 +127,17 @@ def test_an_unfinished_run_travels_with_its_latest_and_kept_checkpoints_and_resu
 
 
 class CountingStop:
-    """An LMTask stand-in that raises KeyboardInterrupt on loss call ``stop_after + 1``."""
-
-    stateful = False
+    """A wrapper of a task that raises KeyboardInterrupt on loss call ``stop_after + 1`` and otherwise behaves as
+    the task (every other hook is the wrapped task's)."""
 
     def __init__(self, inner, stop_after: int):
         self.inner, self.stop_after, self.calls = inner, stop_after, 0
 
-    def batches(self, epoch):
-        return self.inner.batches(epoch)
+    def __getattr__(self, name):  # hooks and attributes other than loss: the wrapped task's
+        return getattr(self.inner, name)
 
     def loss(self, model, batch):
         self.calls += 1
         if self.calls > self.stop_after:
             raise KeyboardInterrupt("end of the session")
         return self.inner.loss(model, batch)
-
-    def evaluate(self, model):
-        return self.inner.evaluate(model)
-
-    def on_eval(self, state, metrics, optimizer):
-        return None
-
-    def eval_weights(self, model):
-        import contextlib
-
-        return contextlib.nullcontext()
