@@ -37,6 +37,7 @@ import hashlib
 import json
 import os
 import re
+import shutil
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -76,6 +77,24 @@ def atomic_write_text(path: str | os.PathLike, text: str) -> None:
         # Covers KeyboardInterrupt too: never leave the temp file behind.
         Path(tmp_name).unlink(missing_ok=True)
         raise
+
+
+def replace_folder(folder: str | os.PathLike, final: str | os.PathLike) -> None:
+    """Rename the finished ``folder`` to ``final`` (same filesystem); a folder already at ``final`` is swapped out
+    and deleted, and put back when the rename fails: readers see the old folder or the new one, never a mix."""
+    folder, final = Path(folder), Path(final)
+    if not final.exists():
+        os.replace(folder, final)
+        return
+    old = Path(tempfile.mkdtemp(dir=final.parent, prefix=f".{final.name}.replaced-"))
+    os.replace(final, old / final.name)
+    try:
+        os.replace(folder, final)
+    except BaseException:
+        os.replace(old / final.name, final)
+        old.rmdir()
+        raise
+    shutil.rmtree(old)
 
 
 def atomic_write_json(path: str | os.PathLike, obj: Any) -> None:

@@ -36,7 +36,6 @@ from __future__ import annotations
 
 import json
 import re
-import shutil
 import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
@@ -48,7 +47,7 @@ from lmstudy.ctrl.attribution import attribution_table
 from lmstudy.ctrl.codes import CODE_PREFIX, CODE_SUFFIX, CODES, code_texts
 from lmstudy.ctrl.data import CodedTexts, build_task, code_id, code_stream_loss, encode_stream
 from lmstudy.ctrl.model import CODES_FILE, load_control_model, pretrained_with_codes, save_control_model
-from lmstudy.runs import Run
+from lmstudy.runs import Run, replace_folder
 from lmstudy.training import TrainConfig, train_and_restore
 
 REPORT_FILE = "add_codes_report.csv"
@@ -211,9 +210,7 @@ def add_codes(model_dir: str | Path, new_codes: Mapping[str, str | Path], out_di
         info["base_model"] = str(model_dir.resolve())
         (staged / CODES_FILE).write_text(json.dumps(info, indent=2) + "\n", encoding="utf-8")
         report.to_csv(staged / REPORT_FILE, index=False)
-        if out_dir.exists():  # --force
-            shutil.rmtree(out_dir)
-        staged.rename(out_dir)
+        replace_folder(staged, out_dir)  # --force: the old copy goes only once the new one is in place
     return report
 
 

@@ -71,6 +71,7 @@ from lmstudy.data.user_corpus import (
     user_corpus_dir,
 )
 from lmstudy.paths import runs_dir, user_data_dir
+from lmstudy.runs import replace_folder
 
 TXT_FOLDER, JSONL, CSV, HF_DATASETS = "txt folder", "jsonl", "csv", "hf datasets"
 FORMATS = (TXT_FOLDER, JSONL, CSV, HF_DATASETS)
@@ -365,7 +366,7 @@ def add_corpus(name: str, path: str | os.PathLike, text_column: str | None = Non
         (folder / SPLIT_FILE).write_text(split.to_json(), encoding="utf-8")
         (folder / INFO_FILE).write_text(info.to_json(), encoding="utf-8")
         os.chmod(folder, 0o755)  # mkdtemp makes it private; a corpus is an ordinary shared folder
-        _move_into_place(folder, user_corpus_dir(name))
+        replace_folder(folder, user_corpus_dir(name))  # --force: the old corpus is put back on failure
     except BaseException:  # KeyboardInterrupt included: leave nothing behind
         shutil.rmtree(folder, ignore_errors=True)
         if created_root and not any(root.iterdir()):
@@ -373,23 +374,6 @@ def add_corpus(name: str, path: str | os.PathLike, text_column: str | None = Non
         raise
     # Runs cached before this registration were trained on other text (a replaced or deleted corpus of this name).
     return Registration(info, split, user_corpus_dir(name), tuple(stale_runs(name)))
-
-
-def _move_into_place(folder: Path, final: Path) -> None:
-    """Rename the finished ``folder`` to ``final``; a corpus already there (``--force``) is swapped out and
-    deleted, and put back when the rename fails."""
-    if not final.exists():
-        os.replace(folder, final)
-        return
-    old = Path(tempfile.mkdtemp(dir=final.parent, prefix=f".{final.name}.replaced-"))
-    os.replace(final, old / final.name)
-    try:
-        os.replace(folder, final)
-    except BaseException:
-        os.replace(old / final.name, final)
-        old.rmdir()
-        raise
-    shutil.rmtree(old)
 
 
 __all__ = ["CSV", "FORMATS", "HF_DATASETS", "JSONL", "MIN_TRAIN_TOKENS", "TXT_FOLDER", "CorpusError", "Registration",
