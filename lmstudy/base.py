@@ -52,7 +52,7 @@ from transformers import GPT2Config, GPT2LMHeadModel
 from lmstudy.data.splits import BASE_DOMAINS
 from lmstudy.lm_batches import LMTask
 from lmstudy.paths import models_dir
-from lmstudy.runs import Run, atomic_write_json, cached, get_run, read_log_records
+from lmstudy.runs import Run, atomic_write_json, cached, get_run, main_process_first, read_log_records
 from lmstudy.tokenization import load_tokenizer, train_bpe
 from lmstudy.training import TrainConfig, count_parameters, kept_checkpoint, train
 
@@ -202,16 +202,17 @@ def prepare_data(config: BaseDataConfig) -> Run:
     if not 0 < config.tokenizer_sample <= 1:
         raise ValueError(f"tokenizer_sample must be in (0, 1], got {config.tokenizer_sample}")
 
-    run = get_run(DATA_STUDY, asdict(config))
-    cached(DATA_STUDY, asdict(config), lambda run: _write_data(run, config))
-    if not (run.path / "train.bin").is_file() or not (run.path / "valid.bin").is_file():
-        # A data run restored from an archive carries its tokenizer and metrics, not the streams
-        # (hundreds of MB): encode them again with that tokenizer, and check they came out the same.
-        info = _write_data(run, config, load_tokenizer(run.path / "tokenizer"))
-        saved = run.metrics
-        if (info["train_tokens"], info["valid_tokens"]) != (saved["train_tokens"], saved["valid_tokens"]):
-            raise RuntimeError(f"re-encoding {run.path} gave other token counts than its metrics.json: "
-                               "the corpora or splits changed; move the run folder away to rebuild it")
+    with main_process_first():  # under `accelerate launch` one process writes the streams, the others read them
+        run = get_run(DATA_STUDY, asdict(config))
+        cached(DATA_STUDY, asdict(config), lambda run: _write_data(run, config))
+        if not (run.path / "train.bin").is_file() or not (run.path / "valid.bin").is_file():
+            # A data run restored from an archive carries its tokenizer and metrics, not the streams
+            # (hundreds of MB): encode them again with that tokenizer, and check they came out the same.
+            info = _write_data(run, config, load_tokenizer(run.path / "tokenizer"))
+            saved = run.metrics
+            if (info["train_tokens"], info["valid_tokens"]) != (saved["train_tokens"], saved["valid_tokens"]):
+                raise RuntimeError(f"re-encoding {run.path} gave other token counts than its metrics.json: "
+                                   "the corpora or splits changed; move the run folder away to rebuild it")
     return run
 
 

@@ -28,10 +28,13 @@ Several processes (``accelerate launch``, ``torchrun``: they set ``RANK`` and ``
 runs ``cached``'s function (they train together, ``training.train`` writing from the main process only), only
 the main process writes ``config.json`` and ``metrics.json``, and the others wait for it before reading the
 metrics back, so every process returns the same saved metrics. The folder must be shared by the processes.
+A step whose function writes files itself and needs no other process (data preparation) goes inside
+``main_process_first()``: the main process runs it, the others then find it done.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import json
@@ -113,6 +116,30 @@ def _wait_for_everyone() -> None:
         from accelerate import PartialState  # only here: the run cache itself needs no torch
 
         PartialState().wait_for_everyone()
+
+
+_others_waiting = False  # True while the main process runs a main_process_first() block alone
+
+
+@contextlib.contextmanager
+def main_process_first():
+    """Under several processes the main one runs the block before the others (they wait at a barrier), so a cached
+    step that writes files of its own (data preparation) runs once and the others find it done. Only for steps
+    that need no other process (no training inside: its collectives would wait forever). A plain block under one
+    process."""
+    global _others_waiting
+    if int(os.environ.get("WORLD_SIZE", "1")) <= 1:
+        yield
+    elif is_main_process():
+        _others_waiting = True  # cached() must not wait for the others here: they wait for this block's end
+        try:
+            yield
+        finally:
+            _others_waiting = False
+        _wait_for_everyone()
+    else:
+        _wait_for_everyone()
+        yield
 
 
 # --------------------------------------------------------------------------------------------
@@ -240,7 +267,8 @@ def cached(study: str, config: Any, fn: Callable[[Run], dict]) -> dict:
         )
     if is_main_process():
         run.save_metrics(metrics)
-    _wait_for_everyone()
+    if not _others_waiting:
+        _wait_for_everyone()
     return run.metrics  # the JSON round-trip: the same values a later cached() call returns
 
 

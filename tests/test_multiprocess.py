@@ -22,13 +22,14 @@ import pytest
 import torch
 
 from lmstudy.paths import REPO_ROOT
-from lmstudy.runs import read_log_records
+from lmstudy.runs import read_log_records, runs_dir
 from lmstudy.training import TrainConfig, TrainTask, split_batch
 
 sys.path.insert(0, str(Path(__file__).parent))
 import train_multi  # noqa: E402  (also pins torch to 1 thread)
 
 TRAIN_MULTI = Path(__file__).with_name("train_multi.py")
+SHARED_CACHE = runs_dir() / "cache"  # the normalised corpora of the real run cache (read before runs_in_tmp)
 
 
 @pytest.fixture(autouse=True)
@@ -179,9 +180,10 @@ def launch_env() -> dict:
             "PYTHONPATH": os.pathsep.join([str(REPO_ROOT), os.environ.get("PYTHONPATH", "")])}
 
 
-def launch(kind: str, runs_dir: Path, *args: str) -> subprocess.Popen:
-    """Two processes of train_multi.py under accelerate launch (gloo on CPU)."""
-    command = [*LAUNCH, "--main_process_port", str(free_port()), str(TRAIN_MULTI), kind, str(runs_dir), *args]
+def launch(kind: str, runs_dir: Path, *args: str, script: Path = TRAIN_MULTI) -> subprocess.Popen:
+    """Two processes of ``script`` (train_multi.py) under accelerate launch (gloo on CPU)."""
+    command = [*LAUNCH, "--main_process_port", str(free_port()), str(script), *filter(None, [kind]), str(runs_dir),
+               *args]
     return subprocess.Popen(command, env=launch_env(),
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
 
@@ -253,3 +255,18 @@ def test_a_killed_process_of_two_resumes_to_the_metrics_of_an_uninterrupted_run(
     assert [r["kind"] for r in records] == [r["kind"] for r in reference_records]
     for record, reference_record in zip(records, reference_records):
         assert numbers(record) == pytest.approx(numbers(reference_record), rel=0, abs=1e-6)
+
+
+@pytest.mark.slow
+def test_the_base_data_is_prepared_once_under_two_processes(tmp_path):
+    """The smoke shared base under accelerate launch: the main process writes the data streams, the other finds
+    them done (without main_process_first both wrote the same files at once), and both train on the same ones."""
+    (tmp_path / "runs").mkdir()
+    SHARED_CACHE.mkdir(parents=True, exist_ok=True)  # as in tests/test_base.py
+    (tmp_path / "runs" / "cache").symlink_to(SHARED_CACHE, target_is_directory=True)
+    out = finish(launch("", tmp_path / "runs", script=Path(__file__).parent / "prepare_multi.py"))
+    ranks = sorted((json.loads(line) for line in out.strip().splitlines()), key=lambda r: r["rank"])
+    assert [r["rank"] for r in ranks] == [0, 1]
+    assert [r["writes"] for r in ranks] == [1, 0]
+    assert ranks[0]["train_sha"] == ranks[1]["train_sha"]
+    assert ranks[0]["val_loss"] == ranks[1]["val_loss"]  # the main process's metrics, read back by both
