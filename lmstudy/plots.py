@@ -29,6 +29,26 @@ def loss_curves(log: pd.DataFrame, title: str = "") -> plt.Figure:
     return figure
 
 
+def log_axis_at(axis: plt.Axes, values, labels: list[str] | None = None) -> None:
+    """A log-scale x axis labelled only at ``values`` (a trend's compute levels), with ``labels`` or the values
+    in k / M; matplotlib's own log ticks overlap when the levels span less than a few decades."""
+    from matplotlib.ticker import NullFormatter, NullLocator
+
+    values = sorted(set(values))
+    axis.set_xscale("log")
+    axis.xaxis.set_minor_locator(NullLocator())
+    axis.xaxis.set_minor_formatter(NullFormatter())
+    axis.set_xticks(values, labels or [short_number(value) for value in values])
+
+
+def short_number(value: float) -> str:
+    """1234567 -> '1.23M' (three significant digits, k / M / B)."""
+    for size, suffix in ((1e9, "B"), (1e6, "M"), (1e3, "k")):
+        if abs(value) >= size:
+            return f"{value / size:.3g}{suffix}"
+    return f"{value:g}"
+
+
 def save_figure(figure: plt.Figure, path: Path) -> Path:
     """Save as PNG (dpi 150) and close, so batch runs do not accumulate open figures."""
     figure.savefig(path, dpi=150)

@@ -418,6 +418,8 @@ def plot_trend(trend: pd.DataFrame, title: str = ""):
     and every seed as a dot: test perplexities; GPT2E gold minus null; GPT2E minus GPT2."""
     import matplotlib.pyplot as plt
 
+    from lmstudy.plots import log_axis_at, short_number
+
     gaps = trend_gaps(trend)
     figure, axes = plt.subplots(1, 3, figsize=(14, 3.8))
     lines = {"GPT2": ("GPT2", "test_ppl", COLOURS["GPT2"], "-"),
@@ -438,8 +440,10 @@ def plot_trend(trend: pd.DataFrame, title: str = ""):
         axis.scatter(gaps["tokens"], gaps[column], color=colour, alpha=0.35, s=14, label="one seed")
         axis.axhline(0, color="black", lw=0.8)
         axis.set(ylabel="perplexity difference (negative: better)", title=panel_title)
+    budgets = trend[["tokens", "step"]].drop_duplicates().sort_values("tokens")
     for axis in axes:
-        axis.set_xscale("log")
+        log_axis_at(axis, budgets["tokens"],
+                    [f"{short_number(t)}\n{s} steps" for t, s in zip(budgets["tokens"], budgets["step"])])
         axis.set_xlabel("fine-tuning tokens")
         axis.legend(fontsize=8)
     figure.suptitle(title)

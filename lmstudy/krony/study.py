@@ -730,6 +730,8 @@ def plot_trend(gaps: pd.DataFrame, title: str = ""):
     (dots) and the mean with its seed std (error bars); below zero, Krony is better."""
     import matplotlib.pyplot as plt
 
+    from lmstudy.plots import log_axis_at
+
     figure, axis = plt.subplots(figsize=(6.5, 4))
     for column, label, colour, shift in (("krony_minus_distilled", "Krony − distilled", "C0", 0.97),
                                          ("krony_minus_scratch", "Krony − scratch, equal data", "C1", 1.03)):
@@ -739,7 +741,7 @@ def plot_trend(gaps: pd.DataFrame, title: str = ""):
                       label=label)
         axis.scatter(gaps["base_tokens"] * shift, gaps[column], color=colour, alpha=0.4, s=14)
     axis.axhline(0, color="black", lw=0.8)
-    axis.set_xscale("log")
+    log_axis_at(axis, gaps["base_tokens"])
     axis.set(xlabel="base training tokens", ylabel="gap in WikiText-2 bits per byte",
              title=title or "Krony minus same-size dense models (below 0: Krony better)")
     axis.legend()
