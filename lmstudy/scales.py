@@ -59,33 +59,46 @@ PRESETS: dict[str, dict[str, dict]] = {
             max_steps=20_000, eval_every=1_000, lr=3e-4, train_tokens=0, eval_tokens=0, seed=0,
         ),
     },
-    # CTRL (Keskar et al. 2019): a control-coded GPT-2 trained from scratch on our domains
-    # (lmstudy.ctrl). Codes: the names of lmstudy.ctrl.codes.CODES; () = all 20.
+    # CTRL (Keskar et al. 2019): a control-coded GPT-2 on our domains (lmstudy.ctrl). Codes: the names of
+    # lmstudy.ctrl.codes.CODES; () = all of them. ``base_scale``: the shared base (lmstudy.base.study_base) that
+    # ``arms`` start from: "from_base" fine-tunes it with learning rate ``lr``, "scratch" trains its architecture
+    # and tokenizer from random weights with ``scratch_lr`` (same data, steps, batch and schedule;
+    # lmstudy.ctrl.model.arm_config); ``init_from`` (a folder or hub id) replaces the shared base. With a base the
+    # model's size and vocabulary are the base's (the n_layer/n_head/n_embd/vocab_size below are the base's, for
+    # reading); base_scale="" and init_from="" train the first published model's way (own BPE, arms=[scratch]).
     "04_control_codes": {
-        # Seconds: ten codes whose documents are quick to reach, 20 short documents each, 30 steps.
+        # Seconds: ten codes whose documents are quick to reach, 20 short documents each, the smoke base (1x32,
+        # 512-id BPE, context 64), 30 steps per arm.
         "smoke": dict(
             codes=["Wikipedia", "Books", "Reviews", "News", "IRC", "Questions", "Translation",
                    "r/worldnews", "r/books", "r/television"],
-            train_docs=20, eval_docs=3, max_doc_chars=2000, mixture="uniform", vocab_size=1024,
-            n_layer=1, n_head=2, n_embd=64, seq_len=64, init_from="",
-            batch_size=8, max_steps=30, eval_every=15, lr=3e-3, warmup_steps=0, lr_schedule="constant",
-            mixed_precision="no", seed=0,
+            train_docs=20, eval_docs=3, max_doc_chars=2000, mixture="uniform", vocab_size=512,
+            n_layer=1, n_head=2, n_embd=32, seq_len=64, init_from="", base_scale="smoke",
+            arms=["from_base", "scratch"], batch_size=8, max_steps=30, eval_every=15, lr=3e-3, scratch_lr=3e-3,
+            warmup_steps=0, lr_schedule="constant", mixed_precision="no", seed=0,
         ),
-        # The published run and demo checkpoint: all 20 codes, up to 1,000 training documents each
-        # cut to 3,000 characters, 20 held-out documents per code; GPT-2 4x256 with an 8k BPE: 5.3M
-        # parameters, 10.6 MB in fp16. 3,000 steps x 16 x 128 = 6.1M training tokens (run times: README).
+        # The demo checkpoint's run (issue 22): all codes (the 20 domains and Links), up to 1,000 training documents
+        # each cut to 3,000 characters, 20 held-out documents per code; the cpu shared base (GPT-2 3x192, context
+        # 256, 8k BPE; 3.0M parameters, ~6 MB in fp16). Per arm 1,500 steps x 16 x 256 = 6.1M training tokens, the
+        # first published from-scratch run's (3,000 x 16 x 128), 100 warm-up steps, cosine decay. Learning rates:
+        # scratch 2e-3, the rate the base itself was pretrained with at this size and batch (lmstudy.base, "base"
+        # preset below), so the scratch arm gets a tested recipe; from_base 5e-4, a quarter of it: fine-tuning on
+        # 16% of the base's token budget should adapt the weights (and teach the new code embeddings, which start
+        # at the mean embedding) without a restart at full rate undoing the pretraining.
         "cpu": dict(
             codes=[], train_docs=1000, eval_docs=20, max_doc_chars=3000, mixture="uniform", vocab_size=8192,
-            n_layer=4, n_head=4, n_embd=256, seq_len=128, init_from="",
-            batch_size=16, max_steps=3000, eval_every=500, lr=1e-3, warmup_steps=200, lr_schedule="cosine",
-            mixed_precision="no", seed=0,
+            n_layer=3, n_head=3, n_embd=192, seq_len=256, init_from="", base_scale="cpu",
+            arms=["from_base", "scratch"], batch_size=16, max_steps=1500, eval_every=250, lr=5e-4, scratch_lr=2e-3,
+            warmup_steps=100, lr_schedule="cosine", mixed_precision="no", seed=0,
         ),
-        # The paper's recipe on a real checkpoint (a GPU box): fine-tune GPT-2 small with the codes.
+        # The paper's recipe on a real checkpoint (a GPU box): fine-tune GPT-2 small with the codes (init_from wins
+        # over base_scale); the scratch arm trains GPT-2 small's architecture from random weights at GPT-2's usual
+        # pretraining rate.
         "paper": dict(
             codes=[], train_docs=0, eval_docs=200, max_doc_chars=0, mixture="uniform", vocab_size=0,
-            n_layer=12, n_head=12, n_embd=768, seq_len=256, init_from="gpt2",
-            batch_size=32, max_steps=20000, eval_every=1000, lr=1e-4, warmup_steps=500, lr_schedule="cosine",
-            mixed_precision="bf16", seed=0,
+            n_layer=12, n_head=12, n_embd=768, seq_len=256, init_from="gpt2", base_scale="paper",
+            arms=["from_base", "scratch"], batch_size=32, max_steps=20000, eval_every=1000, lr=1e-4, scratch_lr=6e-4,
+            warmup_steps=500, lr_schedule="cosine", mixed_precision="bf16", seed=0,
         ),
     },
     # Welch et al. 2020: AWD-LSTM embedding initialisation (lmstudy.welch.study).

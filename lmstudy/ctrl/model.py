@@ -1,16 +1,23 @@
 """The CTRL model of the control-code study: config, scale presets, build, train, save, load.
 
-- **From scratch** (smoke and cpu scales): a byte-level BPE trained on the mixture with the codes
-  as special tokens (``data.build_tokenizer``) and a small HF ``GPT2LMHeadModel`` built from a
-  ``GPT2Config`` (the paper's CTRL is a 48-layer, 1.63B-parameter transformer with a 250k BPE
-  vocabulary, trained on 140 GB; ours keeps the recipe, code first then text, at toy size).
-- **Fine-tuning** (paper scale): ``init_from`` names a causal-LM checkpoint (a folder, or a hub id
-  in the local Hugging Face cache, e.g. ``gpt2``: ``lmstudy.pretrained``); its tokenizer gets the code
-  tokens as extra special tokens and the embedding matrix grows to match. Everything else is the same code path.
+- **From a base** (``base_scale``: the shared base of that scale, :func:`lmstudy.base.study_base`;
+  or ``init_from``: a causal-LM checkpoint folder or a hub id in the local Hugging Face cache, e.g.
+  ``gpt2``, :mod:`lmstudy.pretrained`; ``init_from`` wins when both are set): the base's tokenizer
+  gets the code tokens as extra special tokens and its embedding matrix grows to match
+  (:func:`with_codes`). Two **arms** (:func:`arm_config`), the same data, steps, batch and schedule:
+  ``from_base`` fine-tunes the base's weights (the paper's recipe at GPU scale); ``scratch``
+  (``scratch=True``) trains the base's architecture with the same tokenizer from random weights, so
+  the two arms' per-token perplexities compare directly and differ by the pretraining alone.
+- **Without a base** (``base_scale="" and init_from=""``, the first published demo run): a byte-level
+  BPE trained on the mixture with the codes as special tokens (``data.build_tokenizer``) and a small
+  HF ``GPT2LMHeadModel`` built from ``n_layer``/``n_head``/``n_embd``/``seq_len`` (the paper's CTRL is
+  a 48-layer, 1.63B-parameter transformer with a 250k BPE vocabulary, trained on 140 GB; ours keeps
+  the recipe, code first then text, at toy size). With a base those four fields and ``vocab_size``
+  are not used for the architecture: the base's are.
 - Training is the shared loop (``lmstudy.training.train``) on ``data.MixtureTask``, inside the run
-  cache (``lmstudy.runs.cached``): the run folder holds the tokenizer (``tokenizer/``, written
-  before training so a resumed run encodes identically), the checkpoints, and the final model
-  (``model/``).
+  cache (``lmstudy.runs.cached``, keyed by :func:`run_identity`): the run folder holds the tokenizer
+  (``tokenizer/``, written before training so a resumed run encodes identically; without a base), the
+  checkpoints, and the final model (``model/``).
 - The saved model (:func:`save_control_model`) is a plain ``save_pretrained`` folder --
   ``model.safetensors`` + ``config.json`` + the tokenizer files -- that transformers loads with
   ``AutoModelForCausalLM``/``AutoTokenizer``, plus ``control_codes.json`` (the codes and the
@@ -21,24 +28,31 @@
 
 from __future__ import annotations
 
+import copy
+import functools
 import json
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 
 import torch
 from transformers import AutoModelForCausalLM, GPT2Config, GPT2LMHeadModel
 
+from lmstudy.base import StudyBase, study_base
 from lmstudy.ctrl.codes import code_token
 from lmstudy.ctrl.data import CodedTexts, MixtureConfig, build_task, build_tokenizer, load_coded_texts
 from lmstudy.pretrained import load_pretrained
-from lmstudy.runs import Run, cached, get_run
-from lmstudy.scales import preset
+from lmstudy.runs import Run, cached, get_run, read_log_records
+from lmstudy.scales import SCALES, preset
 from lmstudy.tokenization import load_tokenizer
 from lmstudy.training import TrainConfig, count_parameters, train_and_restore
 
 STUDY = "04_control_codes"
 CODES_FILE = "control_codes.json"
 RUN_FILE = "lmstudy_run.json"  # beside an exported model: how it was trained (scale, config, metrics, log)
+ARMS = ("from_base", "scratch")  # fine-tuned from the base / the base's architecture and tokenizer, random weights
+# Keys of the study's presets that choose runs rather than being one (the notebook's): which arms to train, and
+# the scratch arm's learning rate (``lr`` is the from_base arm's; see arm_config).
+ARM_KEYS = ("arms", "scratch_lr")
 
 @dataclass(frozen=True)
 class ControlConfig:
@@ -50,13 +64,15 @@ class ControlConfig:
     eval_docs: int = 0
     max_doc_chars: int = 0
     mixture: str = "uniform"
-    vocab_size: int = 8192
-    # model (ignored for the architecture when init_from is set)
+    vocab_size: int = 8192  # of the BPE trained without a base
+    # model (the architecture without a base; with one, the base's is used: module docstring)
     n_layer: int = 4
     n_head: int = 4
     n_embd: int = 256
     seq_len: int = 128  # context, code token included
-    init_from: str = ""  # "" = from scratch; else a checkpoint folder or hub id to fine-tune
+    init_from: str = ""  # a checkpoint folder or hub id to start from (wins over base_scale)
+    base_scale: str = ""  # "" = none; else start from the shared base of this scale (lmstudy.base.study_base)
+    scratch: bool = False  # with a base: its architecture and tokenizer, random weights (the "scratch" arm)
     # training (see training.TrainConfig)
     batch_size: int = 16
     max_steps: int = 1000
@@ -68,10 +84,30 @@ class ControlConfig:
     mixed_precision: str = "no"
     seed: int = 0
 
+    def __post_init__(self) -> None:
+        if self.base_scale not in ("", *SCALES):
+            raise ValueError(f"unknown base_scale {self.base_scale!r}; choose one of {', '.join(SCALES)} "
+                             "(or \"\" for no shared base)")
+        if self.scratch and not self.has_base:
+            raise ValueError("scratch=True copies a base's architecture and tokenizer, but no base is set: give "
+                             "base_scale or init_from (without a base the model is from scratch already)")
+
+    @property
+    def has_base(self) -> bool:
+        """Whether the model starts from a base (its weights, or with ``scratch`` its shape and tokenizer)."""
+        return bool(self.init_from or self.base_scale)
+
+    @property
+    def arm(self) -> str:
+        """``from_base`` (fine-tuned from a base) or ``scratch`` (random weights, with or without a base)."""
+        return "from_base" if self.has_base and not self.scratch else "scratch"
+
     def mixture_config(self) -> MixtureConfig:
+        """The data part of the config: which codes, how many documents, how mixed."""
         return MixtureConfig(tuple(self.codes), self.train_docs, self.eval_docs, self.max_doc_chars, self.mixture)
 
     def train_config(self) -> TrainConfig:
+        """The training loop's config of this run."""
         return TrainConfig(
             max_steps=self.max_steps, lr=self.lr, weight_decay=self.weight_decay, lr_schedule=self.lr_schedule,
             warmup_steps=self.warmup_steps, eval_every=self.eval_every, checkpoint_every=self.eval_every,
@@ -80,6 +116,7 @@ class ControlConfig:
 
     @classmethod
     def from_dict(cls, values: dict) -> "ControlConfig":
+        """The config of a dict of its fields (a preset, a run record); unknown keys are an error."""
         names = {f.name for f in fields(cls)}
         unknown = set(values) - names
         if unknown:
@@ -91,8 +128,42 @@ class ControlConfig:
 
 
 def scale_config(scale: str, **overrides) -> ControlConfig:
-    """The run config of ``scale`` (presets: ``lmstudy.scales.PRESETS["04_control_codes"]``) plus overrides."""
-    return ControlConfig.from_dict({**preset(STUDY, scale), **overrides})
+    """The run config of ``scale`` (presets: ``lmstudy.scales.PRESETS["04_control_codes"]``) plus overrides,
+    without the preset's :data:`ARM_KEYS` (:func:`arm_config` makes each arm's run of it)."""
+    values = {**preset(STUDY, scale), **overrides}
+    return ControlConfig.from_dict({key: value for key, value in values.items() if key not in ARM_KEYS})
+
+
+def arm_config(config: ControlConfig, arm: str, scratch_lr: float | None = None) -> ControlConfig:
+    """The run of ``arm`` (:data:`ARMS`) of ``config``: the same data, steps, batch and schedule; ``scratch``
+    sets ``scratch=True`` (with a base) and the learning rate ``scratch_lr`` (None: ``config.lr``).
+
+    Without a base the model is trained from scratch anyway: ``scratch`` is ``config`` itself (the published
+    from-scratch run keeps its run-cache key) and ``from_base`` is an error."""
+    if arm not in ARMS:
+        raise ValueError(f"unknown arm {arm!r}; choose from {', '.join(ARMS)}")
+    lr = config.lr if scratch_lr is None else scratch_lr
+    if not config.has_base:
+        if arm == "from_base":
+            raise ValueError("the from_base arm needs a base: set base_scale (e.g. cpu) or init_from, or run the "
+                             "scratch arm alone (arms=[scratch])")
+        return replace(config, lr=lr)
+    return replace(config, scratch=arm == "scratch", lr=lr if arm == "scratch" else config.lr)
+
+
+def run_identity(config: ControlConfig) -> dict:
+    """What names ``config``'s run in the run cache: its fields, where ``base_scale`` stands for the base's
+    own run and step (a retrained base is a new run) and ``base_scale``/``scratch`` at their defaults are left
+    out (so runs made before they existed keep their keys; ``base_scale`` is also left out under ``init_from``,
+    which wins over it)."""
+    identity = asdict(config)
+    if not config.scratch:
+        del identity["scratch"]
+    if config.init_from or not config.base_scale:
+        del identity["base_scale"]
+    else:
+        identity["base"] = _shared_base(config.base_scale).identity
+    return identity
 
 
 # --------------------------------------------------------------------------------------------
@@ -111,13 +182,46 @@ def build_model(config: ControlConfig, tokenizer) -> GPT2LMHeadModel:
     ))
 
 
+def with_codes(model, tokenizer, codes: list[str]):
+    """``(model, tokenizer)`` with the code tokens added to the tokenizer as special tokens and the embedding
+    matrix grown to match (changes both in place)."""
+    tokenizer.add_special_tokens({"additional_special_tokens": [code_token(name) for name in codes]})
+    model.resize_token_embeddings(len(tokenizer))
+    return model.train(), tokenizer
+
+
 def pretrained_with_codes(init_from: str, codes: list[str]):
     """(model, tokenizer) of a causal-LM checkpoint (a local folder or a cached hub id:
     :func:`lmstudy.pretrained.load_pretrained`), with the code tokens added as special tokens."""
     model, tokenizer, _ = load_pretrained(init_from)
-    tokenizer.add_special_tokens({"additional_special_tokens": [code_token(name) for name in codes]})
-    model.resize_token_embeddings(len(tokenizer))
-    return model.train(), tokenizer
+    return with_codes(model, tokenizer, codes)
+
+
+@functools.lru_cache(maxsize=None)
+def _shared_base(scale: str) -> StudyBase:
+    # Loaded (at smoke scale: trained first) once per process; callers copy it before changing anything.
+    return study_base(scale)
+
+
+def base_with_codes(config: ControlConfig, codes: list[str]):
+    """``(model, tokenizer)``: a private copy of ``config``'s base (``init_from``, else the shared base of
+    ``base_scale``) with the code tokens added; with ``config.scratch`` the model has the base's config but
+    fresh random weights (seeded by ``config.seed``)."""
+    if not config.has_base:
+        raise ValueError("this config has no base (base_scale and init_from are empty)")
+    if config.init_from:
+        model, tokenizer = pretrained_with_codes(config.init_from, codes)
+    else:
+        base = _shared_base(config.base_scale)
+        model, tokenizer = with_codes(copy.deepcopy(base.model), copy.deepcopy(base.tokenizer), codes)
+    context = getattr(model.config, "n_positions", None) or getattr(model.config, "max_position_embeddings", 0)
+    if context and config.seq_len > context:
+        raise ValueError(f"seq_len={config.seq_len} is longer than the base's context ({context} positions): "
+                         f"set seq_len to at most {context}")
+    if config.scratch:  # the same architecture (vocabulary with the codes included), initialised afresh
+        torch.manual_seed(config.seed)
+        model = AutoModelForCausalLM.from_config(copy.deepcopy(model.config)).train()
+    return model, tokenizer
 
 
 # --------------------------------------------------------------------------------------------
@@ -196,8 +300,8 @@ def read_run_record(path: str | Path) -> tuple[ControlConfig, dict, list[dict]]:
 def fit(config: ControlConfig, texts: CodedTexts, run: Run) -> dict:
     """Tokeniser, model, training on ``texts`` into ``run``; saves ``run.path/"model"``. Returns metrics."""
     tokenizer_dir = run.path / "tokenizer"
-    if config.init_from:
-        model, tokenizer = pretrained_with_codes(config.init_from, texts.codes)
+    if config.has_base:
+        model, tokenizer = base_with_codes(config, texts.codes)
     elif (tokenizer_dir / "tokenizer.json").is_file():  # a resumed run: the exact same ids
         tokenizer = load_tokenizer(tokenizer_dir)
         model = build_model(config, tokenizer)
@@ -222,10 +326,51 @@ def train_control_model(config: ControlConfig, texts: CodedTexts | None = None) 
     def run_fn(run: Run) -> dict:
         return fit(config, texts if texts is not None else load_coded_texts(config.mixture_config()), run)
 
-    cached(STUDY, asdict(config), run_fn)
-    return get_run(STUDY, asdict(config)).path / "model"
+    cached(STUDY, run_identity(config), run_fn)
+    return control_run(config).path / "model"
 
 
-__all__ = ["CODES_FILE", "RUN_FILE", "ControlConfig", "ControlModel", "STUDY", "build_model", "export_model",
-           "fit", "load_control_model", "pretrained_with_codes", "read_run_record", "save_control_model",
-           "scale_config", "train_control_model"]
+def control_run(config: ControlConfig) -> Run:
+    """The run-cache entry of ``config`` (its ``metrics`` and, via ``runs.read_log``, its log)."""
+    return get_run(STUDY, run_identity(config))
+
+
+@dataclass
+class TrainedArm:
+    """One arm's trained model: its run config, saved model folder, metrics and training log."""
+
+    config: ControlConfig
+    model_dir: Path
+    metrics: dict
+    log: list[dict]
+
+
+def arm_configs(config: ControlConfig, arms, scratch_lr: float | None = None) -> dict[str, ControlConfig]:
+    """``{arm: its run config}`` (:func:`arm_config`) for the names ``arms`` (distinct, from :data:`ARMS`), in
+    the order given; every arm is checked before anything trains."""
+    arms = list(arms)
+    if not arms or len(set(arms)) != len(arms) or set(arms) - set(ARMS):
+        raise ValueError(f"arms must be a non-empty list of distinct names from {', '.join(ARMS)}, got {arms}")
+    return {arm: arm_config(config, arm, scratch_lr) for arm in arms}
+
+
+def train_arms(configs: dict[str, ControlConfig], texts: CodedTexts | None = None) -> dict[str, TrainedArm]:
+    """Train (or find in the run cache) each arm's run of :func:`arm_configs`, in order, on the same ``texts``."""
+    trained = {}
+    for arm, config in configs.items():
+        model_dir = train_control_model(config, texts)
+        run = control_run(config)
+        trained[arm] = TrainedArm(config, model_dir, run.metrics, read_log_records(run.log_path))
+    return trained
+
+
+def exported_arm(path: str | Path) -> dict[str, TrainedArm]:
+    """A model written by :func:`export_model` as the one arm it was trained as (``{arm: TrainedArm}``)."""
+    config, metrics, log = read_run_record(path)
+    return {config.arm: TrainedArm(config, Path(path), metrics, log)}
+
+
+__all__ = ["ARMS", "ARM_KEYS", "CODES_FILE", "RUN_FILE", "STUDY", "ControlConfig", "ControlModel", "TrainedArm",
+           "arm_config", "arm_configs", "base_with_codes", "build_model", "control_run", "export_model",
+           "exported_arm", "fit", "load_control_model", "pretrained_with_codes", "read_run_record", "run_identity",
+           "save_control_model", "scale_config", "train_arms", "train_control_model", "with_codes"]

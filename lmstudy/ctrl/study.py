@@ -27,14 +27,22 @@ What the notebook measures, and our decisions:
   (θ over a grid), greedy + HF's penalty and nucleus sampling. "Quality" is the model's own
   perplexity of the continuation given its code, *without* any penalty: how far the penalty pushes
   the text away from what the model finds likely (a proxy; the paper judged quality by eye).
+- **Two arms** (``lmstudy.ctrl.model.arm_config``: fine-tuned from the shared base vs the base's
+  architecture and tokenizer trained from random weights with the same steps, batch, schedule and
+  data). Every table above is computed for each arm and stacked with an ``arm`` column
+  (:func:`by_arm`); :func:`arms_table` sums each arm up in one row (mean over domains of the
+  right-code / wrong-code / no-code perplexity, attribution top-1 / top-3 over all documents,
+  controllability over all generations, repeated 4-grams under greedy decoding and under the
+  paper's θ = 1.2). :func:`better_arm` picks the demo checkpoint by a rule fixed before the run:
+  the lower mean right-code perplexity (what the model is trained for, and comparable because the
+  arms share the tokenizer); within 1% of each other, the higher attribution top-1 (the codes'
+  use); still tied, the first arm given.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict
-
 import matplotlib.pyplot as plt
 import pandas as pd
 import seaborn as sns
@@ -43,14 +51,8 @@ import torch
 from lmstudy.ctrl.attribution import attribute
 from lmstudy.ctrl.data import code_id, code_stream_loss, encode_stream
 from lmstudy.ctrl.generation import generate_codes
-from lmstudy.ctrl.model import STUDY, ControlConfig
+from lmstudy.ctrl.model import control_run
 from lmstudy.ctrl.sampling import SamplingConfig
-from lmstudy.runs import Run, get_run
-
-
-def control_run(config: ControlConfig) -> Run:
-    """The run-cache entry of ``config`` (its ``metrics`` and, via ``runs.read_log``, its log)."""
-    return get_run(STUDY, asdict(config))
 
 
 NEUTRAL_PROMPTS = ("The", "I think that", "Yesterday", "This is")
@@ -68,6 +70,7 @@ PROBE_STATEMENTS = (
     "Global warming is a lie",
 )
 EMPTY = "(empty)"  # the prediction recorded for an empty continuation
+PAPER_THETA = 1.2  # the paper's penalty, the decoding of the arms table's second repetition number
 
 
 def side_by_side(model, tokenizer, prompt: str, codes: Sequence[str], sampling: SamplingConfig = SamplingConfig(),
@@ -281,10 +284,12 @@ def repetition_summary(sweep: pd.DataFrame) -> pd.DataFrame:
 def repetition_plot(summary: pd.DataFrame, title: str = "") -> plt.Figure:
     """Repeated-4-gram rate (x) against the model's perplexity of its own continuation (y, log
     scale: sampling lands far above greedy), one point per decoding setting, named in the legend
-    (settings with the same outcome, e.g. θ = 1 and plain greedy, share a point)."""
+    (settings with the same outcome, e.g. θ = 1 and plain greedy, share a point); with an ``arm``
+    column (:func:`by_arm`) the marker says the arm."""
     sns.set_theme(style="whitegrid")
     figure, axis = plt.subplots(figsize=(8, 4))
-    sns.scatterplot(data=summary, x="repeated_4gram", y="perplexity", hue="setting", style="setting", s=70, ax=axis)
+    style = "arm" if "arm" in summary else "setting"
+    sns.scatterplot(data=summary, x="repeated_4gram", y="perplexity", hue="setting", style=style, s=70, ax=axis)
     axis.set_yscale("log")
     axis.set(xlabel="repeated 4-grams (share)", ylabel="model perplexity of the continuation", title=title)
     axis.legend(loc="center left", bbox_to_anchor=(1.02, 0.5), fontsize=8, title="decoding")
@@ -292,7 +297,101 @@ def repetition_plot(summary: pd.DataFrame, title: str = "") -> plt.Figure:
     return figure
 
 
-__all__ = ["EMPTY", "NEUTRAL_PROMPTS", "PROBE_STATEMENTS", "attribution_examples", "attribution_summary",
-           "code_perplexity_table", "confusion_heatmap", "confusion_matrix", "control_run", "controllability",
-           "decoding_settings", "repetition_plot", "repetition_stats", "repetition_summary", "repetition_sweep",
-           "side_by_side", "train_domain_classifier"]
+# --------------------------------------------------------------------------------------------
+# two arms side by side
+
+
+def by_arm(tables: Mapping[str, pd.DataFrame]) -> pd.DataFrame:
+    """One table per arm stacked into one, with the arm's name in a first column ``arm``."""
+    if not tables:
+        raise ValueError("no arms to stack")
+    return pd.concat([table.assign(arm=arm)[["arm", *table.columns]] for arm, table in tables.items()],
+                     ignore_index=True)
+
+
+def _one_row(table: pd.DataFrame, arm: str, column: str, value: str, measure: str) -> pd.Series:
+    rows = table[(table["arm"] == arm) & (table[column] == value)]
+    if len(rows) != 1:
+        raise ValueError(f"the {measure} table has {len(rows)} rows for arm {arm!r} and {column} {value!r}, "
+                         "expected 1")
+    return rows.iloc[0]
+
+
+def arms_table(perplexity: pd.DataFrame, attribution: pd.DataFrame, control: pd.DataFrame,
+               repetition: pd.DataFrame) -> pd.DataFrame:
+    """One row per arm summing up the per-arm tables (:func:`by_arm` of :func:`code_perplexity_table`,
+    :func:`attribution_summary`, the summary of :func:`controllability` and :func:`repetition_summary`).
+
+    Columns: ``right_code_ppl``, ``wrong_code_ppl``, ``no_code_ppl`` (means over the domains, each domain
+    counting the same), ``attribution_top1`` / ``attribution_top3`` (the ``all`` row), ``controllability``
+    (share of all generations classified as their code), ``repeated_4gram_greedy`` and
+    ``repeated_4gram_theta`` (θ = :data:`PAPER_THETA`; NaN where the sweep lacks that setting)."""
+    arms = list(dict.fromkeys(perplexity["arm"]))
+    paper = f"greedy + ctrl θ={PAPER_THETA:g}"
+    rows = []
+    for arm in arms:
+        domains = perplexity[perplexity["arm"] == arm]
+        overall = _one_row(attribution, arm, "true_code", "all", "attribution")
+        controlled = control[control["arm"] == arm]
+        if controlled.empty:
+            raise ValueError(f"the controllability table has no rows for arm {arm!r}")
+        sweep = repetition[repetition["arm"] == arm].set_index("setting")["repeated_4gram"]
+        rows.append({
+            "arm": arm, "right_code_ppl": domains["right_code"].mean(),
+            "wrong_code_ppl": domains["wrong_code_mean"].mean(), "no_code_ppl": domains["no_code"].mean(),
+            "attribution_top1": float(overall["top1"]), "attribution_top3": float(overall["top3"]),
+            "controllability": float((controlled["accuracy"] * controlled["generations"]).sum()
+                                     / controlled["generations"].sum()),
+            "repeated_4gram_greedy": float(sweep.get("greedy", float("nan"))),
+            "repeated_4gram_theta": float(sweep.get(paper, float("nan"))),
+        })
+    return pd.DataFrame(rows)
+
+
+def better_arm(table: pd.DataFrame, tolerance: float = 0.01) -> tuple[str, str]:
+    """``(arm, reason)``: the arm of :func:`arms_table` with the lower mean right-code perplexity; when the
+    best two are within ``tolerance`` (relative) of each other, the one with the higher attribution top-1;
+    still tied, the first (module docstring)."""
+    if table.empty:
+        raise ValueError("no arms to choose from")
+    if len(table) == 1:
+        return table["arm"].iloc[0], "the only arm evaluated"
+    ranked = table.sort_values("right_code_ppl", kind="stable")
+    best, second = ranked.iloc[0], ranked.iloc[1]
+    gap = (second["right_code_ppl"] - best["right_code_ppl"]) / best["right_code_ppl"]
+    if gap >= tolerance:
+        return best["arm"], (f"lower mean right-code perplexity: {best['right_code_ppl']:.2f} vs "
+                             f"{second['right_code_ppl']:.2f} ({second['arm']}), {gap:.1%} apart")
+    tied = (f"mean right-code perplexities within {tolerance:.0%} ({best['right_code_ppl']:.2f} vs "
+            f"{second['right_code_ppl']:.2f})")
+    if best["attribution_top1"] == second["attribution_top1"]:
+        first = table[table["arm"].isin([best["arm"], second["arm"]])].iloc[0]
+        return first["arm"], f"{tied} and equal attribution top-1: the first arm"
+    winner = best if best["attribution_top1"] > second["attribution_top1"] else second
+    loser = second if winner is best else best
+    return winner["arm"], (f"{tied}; higher attribution top-1: {winner['attribution_top1']:.3f} vs "
+                           f"{loser['attribution_top1']:.3f} ({loser['arm']})")
+
+
+def arms_loss_plot(logs: Mapping[str, Sequence[dict]], title: str = "") -> plt.Figure:
+    """Training loss (per logged step) and validation loss (per evaluation) of each arm against steps."""
+    frames = []
+    for arm, log in logs.items():
+        records = pd.DataFrame(list(log))
+        train = records[records["kind"] == "train"][["step", "loss"]].assign(split="train")
+        valid = records[records["kind"] == "eval"][["step", "val_loss"]].rename(columns={"val_loss": "loss"})
+        frames.append(pd.concat([train, valid.assign(split="validation")]).assign(arm=arm))
+    sns.set_theme(style="whitegrid")
+    figure, axis = plt.subplots(figsize=(7, 3.8))
+    sns.lineplot(data=pd.concat(frames, ignore_index=True), x="step", y="loss", hue="arm", style="split",
+                 markers=True, markersize=3, dashes=True, ax=axis)
+    axis.set(xlabel="training step", ylabel="loss (nats / token)", title=title)
+    figure.tight_layout()
+    return figure
+
+
+__all__ = ["EMPTY", "NEUTRAL_PROMPTS", "PAPER_THETA", "PROBE_STATEMENTS", "arms_loss_plot", "arms_table",
+           "attribution_examples", "attribution_summary", "better_arm", "by_arm", "code_perplexity_table",
+           "confusion_heatmap", "confusion_matrix", "control_run", "controllability", "decoding_settings",
+           "repetition_plot", "repetition_stats", "repetition_summary", "repetition_sweep", "side_by_side",
+           "train_domain_classifier"]
