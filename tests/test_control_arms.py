@@ -118,6 +118,7 @@ def test_arm_configs_and_run_keys_of_runs_made_before_the_arms():
         arm_config(plain, "from_base")
     with pytest.raises(ValueError, match="no base is set"):
         ControlConfig(scratch=True)
+    assert ControlConfig(base_scale=None, init_from=None) == plain  # `-p base_scale ''` parses as None
     with pytest.raises(ValueError, match="unknown base_scale 'huge'"):
         ControlConfig(base_scale="huge")
     with pytest.raises(ValueError, match="distinct names"):

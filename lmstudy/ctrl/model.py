@@ -85,6 +85,9 @@ class ControlConfig:
     seed: int = 0
 
     def __post_init__(self) -> None:
+        for name in ("init_from", "base_scale"):  # `-p base_scale ''` on the command line reads as YAML null
+            if getattr(self, name) is None:
+                object.__setattr__(self, name, "")
         if self.base_scale not in ("", *SCALES):
             raise ValueError(f"unknown base_scale {self.base_scale!r}; choose one of {', '.join(SCALES)} "
                              "(or \"\" for no shared base)")
