@@ -141,8 +141,8 @@ def arm_config(config: ControlConfig, arm: str, scratch_lr: float | None = None)
     """The run of ``arm`` (:data:`ARMS`) of ``config``: the same data, steps, batch and schedule; ``scratch``
     sets ``scratch=True`` (with a base) and the learning rate ``scratch_lr`` (None: ``config.lr``).
 
-    Without a base the model is trained from scratch anyway: ``scratch`` is ``config`` itself (the published
-    from-scratch run keeps its run-cache key) and ``from_base`` is an error."""
+    Without a base the model is trained from scratch anyway: ``scratch`` is ``config`` with that learning rate
+    (no ``scratch`` flag, so a run made before the arms keeps its run-cache key) and ``from_base`` is an error."""
     if arm not in ARMS:
         raise ValueError(f"unknown arm {arm!r}; choose from {', '.join(ARMS)}")
     lr = config.lr if scratch_lr is None else scratch_lr
@@ -222,6 +222,7 @@ def base_with_codes(config: ControlConfig, codes: list[str]):
         raise ValueError(f"seq_len={config.seq_len} is longer than the base's context ({context} positions): "
                          f"set seq_len to at most {context}")
     if config.scratch:  # the same architecture (vocabulary with the codes included), initialised afresh
+        # (with the base's own seed this may partly be the draw the base started from: untrained weights still)
         torch.manual_seed(config.seed)
         model = AutoModelForCausalLM.from_config(copy.deepcopy(model.config)).train()
     return model, tokenizer
