@@ -22,7 +22,8 @@ two means, oriented so that positive is the paper's direction, whose ``std`` is 
 seed stds (the noise scale of the comparison, not the standard error of the difference: a simple,
 conservative rule every study shares). :func:`verdict_of` reads it: ``within noise`` when both stds are
 known and ``|effect| <= std``; else ``holds`` when the effect is positive, ``does not hold`` when not.
-With one seed (stds unknown) there is no noise to compare with and the sign decides.
+With one seed (stds unknown) there is no noise to compare with and the sign decides. A study may also name a
+``resolution``, the smallest effect it counts (an effect within it is ``within noise`` however consistent).
 
 Trends. A claim measured at several compute levels also says whether the effect moves toward the paper
 as compute grows: :func:`trend` compares the effect at the largest level with the one at the smallest,
@@ -118,32 +119,37 @@ def effect(claimed: Spread, other: Spread, better: str = "lower") -> Spread:
     return Spread(difference, noise, min(claimed.n, other.n))
 
 
-def verdict_of(advantage: Spread) -> str:
+def verdict_of(advantage: Spread, resolution: float = 0.0) -> str:
     """The verdict on an effect oriented so that positive = the paper's direction (see :func:`effect`):
-    ``within noise`` when its std is known and ``|mean| <= std``, else ``holds`` if positive, else
-    ``does not hold``; ``not run`` when the mean is NaN."""
+    ``within noise`` when its std is known and ``|mean| <= std``, or when ``|mean| <= resolution``, else
+    ``holds`` if positive, else ``does not hold``; ``not run`` when the mean is NaN.
+
+    ``resolution``: the smallest effect the study counts (0: any). Paired per-seed differences of two nearly
+    identical models have a tiny std, so a consistent 0.0003 perplexity points would otherwise "hold"."""
     if math.isnan(advantage.mean):
         return NOT_RUN
+    if resolution > 0 and abs(advantage.mean) <= resolution:
+        return WITHIN_NOISE
     if not math.isnan(advantage.std) and abs(advantage.mean) <= advantage.std:
         return WITHIN_NOISE
     return HOLDS if advantage.mean > 0 else DOES_NOT_HOLD
 
 
-def trend(levels: Sequence, effects: Sequence[Spread]) -> str:
+def trend(levels: Sequence, effects: Sequence[Spread], resolution: float = 0.0) -> str:
     """Whether the effect moves toward the paper as compute grows.
 
     ``levels``: the compute levels in increasing order (tokens, steps, epochs); ``effects``: the effect at
     each, oriented so that positive = the paper's direction (:func:`effect`, or :meth:`Spread.of` of per-seed
     differences). Compares the largest level with the smallest: the change of the effect is read by the
-    noise rule (both stds known: within the larger one is flat), and an exactly equal effect is flat too.
-    ``not run`` with fewer than two levels.
+    noise rule (both stds known: within the larger one is flat; a change within ``resolution`` is flat, as in
+    :func:`verdict_of`), and an exactly equal effect is flat too. ``not run`` with fewer than two levels.
     """
     if len(levels) != len(effects):
         raise ValueError(f"{len(levels)} levels but {len(effects)} effects")
     if len(effects) < 2:
         return NOT_RUN
     change = effect(effects[-1], effects[0], better="higher")  # last minus first, with the noise rule's std
-    verdict = verdict_of(change)
+    verdict = verdict_of(change, resolution)
     if verdict == NOT_RUN:
         return NOT_RUN
     if verdict == WITHIN_NOISE or change.mean == 0:
@@ -177,18 +183,20 @@ class ClaimRow:
 
 
 def trend_rows(claim: str, levels: Sequence, effects: Sequence[Spread], digits: int = 1,
-               evidence: Sequence[str] | None = None, dataset: str | None = None) -> list[ClaimRow]:
+               evidence: Sequence[str] | None = None, dataset: str | None = None,
+               resolution: float = 0.0) -> list[ClaimRow]:
     """One row per compute level: the verdict on that level's effect (:func:`verdict_of`) and the claim's
     :func:`trend` over all levels. ``evidence``: text per level put before the effect (e.g. the two sides'
-    numbers); ``effects`` are oriented so that positive = the paper's direction."""
-    direction = trend(levels, effects)
+    numbers); ``effects`` are oriented so that positive = the paper's direction; ``resolution`` as in
+    :func:`verdict_of`, for the levels and the trend."""
+    direction = trend(levels, effects, resolution)
     notes = evidence if evidence is not None else [""] * len(levels)
     if len(notes) != len(levels):
         raise ValueError(f"{len(levels)} levels but {len(notes)} evidence texts")
     rows = []
     for level, spread, note in zip(levels, effects, notes):
         numbers = f"effect {spread.format(digits, sign=True)}"
-        rows.append(ClaimRow(claim, verdict_of(spread), f"{note}; {numbers}" if note else numbers,
+        rows.append(ClaimRow(claim, verdict_of(spread, resolution), f"{note}; {numbers}" if note else numbers,
                              dataset=dataset, level=level, trend=direction))
     return rows
 

@@ -63,6 +63,20 @@ def test_within_noise_boundary():
     assert verdict_of(Spread(math.nan, math.nan, 0)) == NOT_RUN
 
 
+def test_an_effect_within_the_resolution_is_within_noise_however_consistent():
+    # Paired differences of two nearly identical models: a tiny std makes a negligible effect "hold".
+    consistent = Spread(0.0004, 0.0001, 3)
+    assert verdict_of(consistent) == HOLDS
+    assert verdict_of(consistent, resolution=0.1) == WITHIN_NOISE
+    assert verdict_of(Spread(0.3, 0.0001, 3), resolution=0.1) == HOLDS
+    assert verdict_of(Spread(-0.3, math.nan, 1), resolution=0.1) == DOES_NOT_HOLD
+    levels = [1, 2]
+    assert trend(levels, [Spread(0.02, 0.01, 3), Spread(-0.07, 0.01, 3)]) == AWAY
+    assert trend(levels, [Spread(0.02, 0.01, 3), Spread(-0.07, 0.01, 3)], resolution=0.1) == FLAT
+    rows = trend_rows("x", levels, [Spread(0.02, 0.01, 3), Spread(-0.07, 0.01, 3)], resolution=0.1)
+    assert [r.verdict for r in rows] == [WITHIN_NOISE, WITHIN_NOISE] and {r.trend for r in rows} == {FLAT}
+
+
 def test_trend_toward_away_and_flat():
     levels = [1_000, 10_000, 100_000]  # tokens
     growing = [Spread(-2.0, 0.5, 3), Spread(0.0, 0.5, 3), Spread(3.0, 0.5, 3)]
