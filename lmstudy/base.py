@@ -37,6 +37,7 @@ Command line: ``python -m lmstudy base train|sweep|export --scale smoke|cpu|pape
 
 from __future__ import annotations
 
+import functools
 import json
 import tempfile
 import zlib
@@ -668,6 +669,17 @@ def study_base(scale: str, fraction: float = 1.0, overrides: dict | None = None)
         model.to(torch.float16).to(torch.float32)  # the shipped precision (export_base saves float16)
     return StudyBase(model=model.eval(), tokenizer=tokenizer, name=checkpoint_name(fraction), fraction=fraction,
                      tokens=step * config.tokens_per_step, identity={"base": run_id, "step": step})
+
+
+def loaded_study_base(scale: str, fraction: float = 1.0, overrides: dict | None = None) -> StudyBase:
+    """:func:`study_base`, loaded once per process: the same object for the same arguments, so its model is
+    shared and a caller copies it before changing it."""
+    return _loaded_study_base(scale, fraction, json.dumps(overrides or {}, sort_keys=True))
+
+
+@functools.lru_cache(maxsize=None)
+def _loaded_study_base(scale: str, fraction: float, overrides_json: str) -> StudyBase:
+    return study_base(scale, fraction, overrides=json.loads(overrides_json))
 
 
 def base_streams(scale: str, overrides: dict | None = None) -> tuple[torch.Tensor, torch.Tensor]:

@@ -11,6 +11,7 @@ import pytest
 import torch
 from transformers import GPT2Config, GPT2LMHeadModel
 
+from lmstudy import base
 from lmstudy.krony import study
 from lmstudy.krony.model import KroneckerConfig, compressed_parameter_count, gpt2_parameter_count
 from lmstudy.krony.study import (
@@ -271,12 +272,12 @@ def test_distill_task_trains_the_student_only():
 
 @pytest.fixture
 def fresh_base_cache():
-    """The study keeps the bases and streams it loaded per process: forget them before and after a test that
-    moves the run cache."""
-    study._study_base.cache_clear()
+    """The bases (lmstudy.base.loaded_study_base) and the study's streams are kept per process: forget them before
+    and after a test that moves the run cache."""
+    base._loaded_study_base.cache_clear()
     study._streams.cache_clear()
     yield
-    study._study_base.cache_clear()
+    base._loaded_study_base.cache_clear()
     study._streams.cache_clear()
 
 

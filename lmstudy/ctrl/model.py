@@ -29,7 +29,6 @@
 from __future__ import annotations
 
 import copy
-import functools
 import json
 from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
@@ -37,7 +36,7 @@ from pathlib import Path
 import torch
 from transformers import AutoModelForCausalLM, GPT2Config, GPT2LMHeadModel
 
-from lmstudy.base import StudyBase, study_base
+from lmstudy.base import StudyBase, loaded_study_base
 from lmstudy.ctrl.codes import code_token
 from lmstudy.ctrl.data import CodedTexts, MixtureConfig, build_task, build_tokenizer, load_coded_texts
 from lmstudy.pretrained import load_pretrained
@@ -200,10 +199,9 @@ def pretrained_with_codes(init_from: str, codes: list[str]):
     return with_codes(model, tokenizer, codes)
 
 
-@functools.lru_cache(maxsize=None)
 def _shared_base(scale: str) -> StudyBase:
     # Loaded (at smoke scale: trained first) once per process; callers copy it before changing anything.
-    return study_base(scale)
+    return loaded_study_base(scale)
 
 
 def base_with_codes(config: ControlConfig, codes: list[str]):

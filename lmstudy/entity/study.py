@@ -80,7 +80,7 @@ import torch
 from safetensors.torch import load_model
 from transformers import GPT2LMHeadModel
 
-from lmstudy.base import StudyBase, study_base
+from lmstudy.base import StudyBase, loaded_study_base
 from lmstudy.claims import (
     DOES_NOT_HOLD, HOLDS, WITHIN_NOISE, ClaimRow, Spread, claims_table, effect, spread_table, spreads, trend_rows,
     verdict_of,
@@ -192,7 +192,7 @@ def load_base(config: EntityStudyConfig) -> StudyBase:
 @functools.lru_cache(maxsize=None)
 def _load_base(base_scale: str, init_from: str) -> StudyBase:
     if not init_from:
-        return study_base(base_scale)
+        return loaded_study_base(base_scale)
     # A local folder or a cached hub id (weights without tokenizer files get GPT-2's BPE from the data dir).
     model, tokenizer, _ = load_pretrained(init_from)
     if not isinstance(model, GPT2LMHeadModel):

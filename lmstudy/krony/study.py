@@ -83,7 +83,7 @@ import torch.nn.functional as F
 from tqdm.auto import tqdm
 from transformers import GPT2Config, GPT2LMHeadModel
 
-from lmstudy.base import BaseConfig, StudyBase, base_streams, final_config, gpt2_config, study_base
+from lmstudy.base import BaseConfig, StudyBase, base_streams, final_config, gpt2_config, loaded_study_base
 from lmstudy.base import run_config as base_run_config
 from lmstudy.claims import (
     NOT_RUN, ClaimRow, Spread, claims_table, effect, trend_rows, verdict_of,
@@ -285,11 +285,6 @@ def _overrides(config: KronyConfig) -> str:
     return json.dumps(config.base_overrides, sort_keys=True)
 
 
-@functools.lru_cache(maxsize=None)
-def _study_base(scale: str, fraction: float, overrides: str = "{}") -> StudyBase:
-    return study_base(scale, fraction, overrides=json.loads(overrides))
-
-
 def load_base(config: KronyConfig, fraction: float) -> StudyBase:
     """The base checkpoint ``fraction`` of ``config.base_scale``, with a private copy of its model."""
     base = _base(config, fraction)
@@ -299,7 +294,7 @@ def load_base(config: KronyConfig, fraction: float) -> StudyBase:
 
 def _base(config: KronyConfig, fraction: float) -> StudyBase:
     """The shared base checkpoint ``fraction`` of ``config`` (its scale and overrides), loaded once per process."""
-    return _study_base(config.base_scale, fraction, _overrides(config))
+    return loaded_study_base(config.base_scale, fraction, config.base_overrides)
 
 
 def _base_streams(config: KronyConfig) -> tuple[torch.Tensor, torch.Tensor]:
