@@ -12,15 +12,21 @@ import pandas as pd
 import seaborn as sns
 
 
+def loss_frame(log: pd.DataFrame) -> pd.DataFrame:
+    """A run's log as rows of (step, loss, split): the training loss of each logged step (``train``) and the
+    validation loss of each evaluation (``validation``)."""
+    train = log[log["kind"] == "train"][["step", "loss"]].assign(split="train")
+    valid = log[log["kind"] == "eval"][["step", "val_loss"]].rename(columns={"val_loss": "loss"})
+    return pd.concat([train, valid.assign(split="validation")], ignore_index=True)
+
+
 def loss_curves(log: pd.DataFrame, title: str = "") -> plt.Figure:
     """Training loss (per logged step) and validation loss (per evaluation) against steps.
 
     ``log`` is a run's log (``lmstudy.runs.read_log``): rows of kind ``train`` carry ``loss``,
     rows of kind ``eval`` carry ``val_loss``.
     """
-    train = log[log["kind"] == "train"][["step", "loss"]].assign(split="train")
-    valid = log[log["kind"] == "eval"][["step", "val_loss"]].rename(columns={"val_loss": "loss"})
-    curves = pd.concat([train, valid.assign(split="validation")], ignore_index=True)
+    curves = loss_frame(log)
     sns.set_theme(style="whitegrid")
     figure, axis = plt.subplots(figsize=(6, 3.5))
     sns.lineplot(data=curves, x="step", y="loss", hue="split", marker="o", markersize=3, ax=axis)

@@ -53,6 +53,7 @@ from lmstudy.ctrl.data import code_id, code_stream_loss, encode_stream
 from lmstudy.ctrl.generation import generate_codes
 from lmstudy.ctrl.model import control_run
 from lmstudy.ctrl.sampling import SamplingConfig
+from lmstudy.plots import loss_frame
 
 
 NEUTRAL_PROMPTS = ("The", "I think that", "Yesterday", "This is")
@@ -375,12 +376,7 @@ def better_arm(table: pd.DataFrame, tolerance: float = 0.01) -> tuple[str, str]:
 
 def arms_loss_plot(logs: Mapping[str, Sequence[dict]], title: str = "") -> plt.Figure:
     """Training loss (per logged step) and validation loss (per evaluation) of each arm against steps."""
-    frames = []
-    for arm, log in logs.items():
-        records = pd.DataFrame(list(log))
-        train = records[records["kind"] == "train"][["step", "loss"]].assign(split="train")
-        valid = records[records["kind"] == "eval"][["step", "val_loss"]].rename(columns={"val_loss": "loss"})
-        frames.append(pd.concat([train, valid.assign(split="validation")]).assign(arm=arm))
+    frames = [loss_frame(pd.DataFrame(list(log))).assign(arm=arm) for arm, log in logs.items()]
     sns.set_theme(style="whitegrid")
     figure, axis = plt.subplots(figsize=(7, 3.8))
     sns.lineplot(data=pd.concat(frames, ignore_index=True), x="step", y="loss", hue="arm", style="split",
