@@ -12,6 +12,7 @@ Layout (``runs_dir()`` is ``runs/`` or ``$LMSTUDY_RUNS``)::
         checkpoint/      the latest training checkpoint (training.py: safetensors + JSON)
         best/            weights at the best validation metric, when training tracks one
         metrics.json     final results; its presence means the run is complete
+        .lock            locked while a process runs the run, so that a second process waits for it
 
 Hashing: the config (a dict or a dataclass, possibly nested) is turned into *canonical JSON*:
 dataclasses via ``asdict``, keys sorted, tuples as lists, ``Path`` as str, numpy scalars as
@@ -55,6 +56,7 @@ METRICS_FILE = "metrics.json"
 LOG_FILE = "log.jsonl"
 CHECKPOINT_DIR = "checkpoint"
 BEST_DIR = "best"
+LOCK_FILE = ".lock"  # held while a process runs the run (cached)
 
 _STUDY_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 
@@ -250,6 +252,33 @@ def get_run(study: str, config: Any) -> Run:
     return Run(study=study, config=plain_config, hash=run_hash, path=path)
 
 
+@contextlib.contextmanager
+def _only_process_on(run: Run):
+    """Two independent processes sharing a run cache (two notebooks, a notebook and a worker script) never train
+    the same run at once: the second one to ask waits here until the first is done, then reads its metrics. An
+    advisory ``flock`` on ``<run>/.lock``, which the OS releases when its holder dies (a killed run is resumed by
+    the next one to ask). Not under a multi-process launch, whose processes run a run together; not where
+    ``fcntl`` is missing (Windows)."""
+    try:
+        import fcntl
+    except ImportError:
+        fcntl = None
+    if fcntl is None or int(os.environ.get("WORLD_SIZE", "1")) > 1:
+        yield
+        return
+    run.path.mkdir(parents=True, exist_ok=True)
+    with open(run.path / LOCK_FILE, "a") as lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            print(f"run {run.study}/{run.hash} is being run by another process: waiting for it", flush=True)
+            fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
 def cached(study: str, config: Any, fn: Callable[[Run], dict]) -> dict:
     """The metrics of the run of ``config``: saved ones if it is done, else ``fn(run)``'s, saved.
 
@@ -260,13 +289,16 @@ def cached(study: str, config: Any, fn: Callable[[Run], dict]) -> dict:
     run = get_run(study, config)
     if run.done:
         return run.metrics
-    metrics = fn(run)
-    if not isinstance(metrics, dict):
-        raise TypeError(
-            f"the function given to cached() must return a dict of metrics, got {type(metrics).__name__}"
-        )
-    if is_main_process():
-        run.save_metrics(metrics)
+    with _only_process_on(run):
+        if run.done:  # another process finished it while this one waited
+            return run.metrics
+        metrics = fn(run)
+        if not isinstance(metrics, dict):
+            raise TypeError(
+                f"the function given to cached() must return a dict of metrics, got {type(metrics).__name__}"
+            )
+        if is_main_process():
+            run.save_metrics(metrics)
     if not _others_waiting:
         _wait_for_everyone()
     return run.metrics  # the JSON round-trip: the same values a later cached() call returns

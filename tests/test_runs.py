@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+import multiprocessing
 import os
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -109,6 +111,45 @@ def test_cached_marks_nothing_done_when_fn_fails():
     assert not run.done
     assert cached("study1", Outer(), lambda run: {"ok": 1}) == {"ok": 1}
     assert run.done
+
+
+def _slow_counted_run(started, calls_file):
+    def fn(run):
+        with open(calls_file, "a") as calls:
+            calls.write(f"{os.getpid()}\n")
+        started.set()
+        time.sleep(1.0)  # long enough for the second process to ask for the same run meanwhile
+        return {"pid": os.getpid()}
+
+    return cached("study1", Outer(), fn)
+
+
+def test_a_second_process_waits_for_a_run_in_progress_instead_of_running_it_again(tmp_path):
+    """Two processes sharing a run cache (a notebook and a worker script): the run is computed once, the second
+    process returns the first one's saved metrics."""
+    ctx = multiprocessing.get_context("fork")
+    started, calls_file = ctx.Event(), tmp_path / "calls.txt"
+    first = ctx.Process(target=_slow_counted_run, args=(started, calls_file))
+    first.start()
+    assert started.wait(30)
+    metrics = _slow_counted_run(ctx.Event(), calls_file)  # asks while the first one is inside its run
+    first.join(30)
+    assert first.exitcode == 0
+    assert calls_file.read_text().split() == [str(first.pid)]
+    assert metrics == {"pid": first.pid}
+
+
+def test_a_run_whose_process_died_is_run_by_the_next_one_to_ask(tmp_path):
+    ctx = multiprocessing.get_context("fork")
+    started, calls_file = ctx.Event(), tmp_path / "calls.txt"
+    killed = ctx.Process(target=_slow_counted_run, args=(started, calls_file))
+    killed.start()
+    assert started.wait(30)
+    killed.kill()  # the OS drops its lock
+    killed.join(30)
+    metrics = _slow_counted_run(ctx.Event(), calls_file)
+    assert metrics == {"pid": os.getpid()}
+    assert calls_file.read_text().split() == [str(killed.pid), str(os.getpid())]
 
 
 def test_atomic_write_keeps_old_file_when_serialisation_fails(tmp_path):
