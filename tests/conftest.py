@@ -48,6 +48,19 @@ def require_kenlm() -> None:
     pytest.skip(message)
 
 
+def runs_sharing_corpus_caches(root):
+    """A fresh run folder at ``root`` (a Path) whose ``cache/`` is the suite's own (``runs_dir()/cache``): the corpus
+    caches (shingles, the base training manifest, token caches) depend on the corpora and splits only and take
+    minutes to build, so tests with fresh runs still build them once. Returns ``root``."""
+    from lmstudy.paths import runs_dir
+
+    shared_cache = runs_dir() / "cache"
+    shared_cache.mkdir(parents=True, exist_ok=True)
+    root.mkdir(parents=True, exist_ok=True)
+    (root / "cache").symlink_to(shared_cache, target_is_directory=True)
+    return root
+
+
 def pytest_collection_modifyitems(config, items):
     """nbval notebook cells: apply the same rule to the corpora a notebook declares it needs.
 

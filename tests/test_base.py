@@ -10,7 +10,7 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, GPT2Config, GPT2LMHeadModel
 
-from conftest import require_corpus
+from conftest import require_corpus, runs_sharing_corpus_caches
 from lmstudy import base
 from lmstudy.base import BaseConfig, BaseDataConfig, BaseModelConfig
 
@@ -69,15 +69,7 @@ def test_bad_sizes_and_data_settings_are_clear_errors():
 def test_smoke_base_trains_exports_and_loads_with_the_auto_classes(tmp_path, monkeypatch):
     for corpus in ("wikipedia", "litbank", "reddit", "imdb", "reuters21578", "bbc_news", "irc"):
         require_corpus(corpus)
-    # Fresh run folders, but the corpus caches (shingles, the base manifest, token caches) are shared with
-    # the rest of the suite: they depend on the corpora and splits only, and take minutes to build.
-    from lmstudy.paths import runs_dir
-
-    shared_cache = runs_dir() / "cache"
-    shared_cache.mkdir(parents=True, exist_ok=True)
-    (tmp_path / "runs").mkdir()
-    (tmp_path / "runs" / "cache").symlink_to(shared_cache, target_is_directory=True)
-    monkeypatch.setenv("LMSTUDY_RUNS", str(tmp_path / "runs"))
+    monkeypatch.setenv("LMSTUDY_RUNS", str(runs_sharing_corpus_caches(tmp_path / "runs")))
     config = base.final_config("smoke")
     metrics = base.train_base(config)
     assert metrics["steps"] == config.max_steps and metrics["tokens"] == config.max_steps * config.tokens_per_step

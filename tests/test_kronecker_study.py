@@ -283,18 +283,13 @@ def fresh_base_cache():
 
 @pytest.mark.slow
 def test_end_to_end_on_the_smoke_base(tmp_path, monkeypatch, fresh_base_cache):
-    from conftest import require_corpus
-    from lmstudy.paths import runs_dir
+    from conftest import require_corpus, runs_sharing_corpus_caches
 
     for corpus in ("wikipedia", "litbank", "reddit", "imdb", "reuters21578", "bbc_news", "irc", "wikitext-2-raw",
                    "lambada"):
         require_corpus(corpus)
-    # Fresh run folders sharing the corpus caches (as tests/test_base.py does), no shipped smoke models.
-    shared_cache = runs_dir() / "cache"
-    shared_cache.mkdir(parents=True, exist_ok=True)
-    (tmp_path / "runs").mkdir()
-    (tmp_path / "runs" / "cache").symlink_to(shared_cache, target_is_directory=True)
-    monkeypatch.setenv("LMSTUDY_RUNS", str(tmp_path / "runs"))
+    # Fresh run folders sharing the corpus caches, no shipped smoke models.
+    monkeypatch.setenv("LMSTUDY_RUNS", str(runs_sharing_corpus_caches(tmp_path / "runs")))
     monkeypatch.setenv("LMSTUDY_MODELS", str(tmp_path / "models"))
     config = smoke_config(fractions=[0.1, 1.0], classes=["81M", "67M"], inits=["van_loan", "random"],
                           table6_factors=[1, 2], domains=[])

@@ -123,9 +123,12 @@ def gpt2_small(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module")
 def shared_runs(tmp_path_factory) -> Path:
-    """One run cache for all the dry runs: studies on the same corpora share their token caches, as they do in a
-    user's ``runs/`` (a fresh cache per study would re-read and re-normalise the same text)."""
-    return tmp_path_factory.mktemp("runs")
+    """One run cache for all the dry runs, whose corpus caches are the suite's: the studies share their token
+    caches, shingles and the base's training manifest as they do in a user's ``runs/`` (a fresh cache per study
+    would re-read and re-normalise the same text; in CI the smoke tests have built them already)."""
+    from conftest import runs_sharing_corpus_caches
+
+    return runs_sharing_corpus_caches(tmp_path_factory.mktemp("dry") / "runs")
 
 
 def largest_model(runs: Path, since: float) -> int:
