@@ -75,7 +75,8 @@ PRESETS: dict[str, dict[str, dict]] = {
             train_docs=20, eval_docs=3, max_doc_chars=2000, mixture="uniform", vocab_size=512,
             n_layer=1, n_head=2, n_embd=32, seq_len=64, init_from="", base_scale="smoke",
             arms=["from_base", "scratch"], batch_size=8, max_steps=30, eval_every=15, lr=3e-3, scratch_lr=3e-3,
-            warmup_steps=0, lr_schedule="constant", mixed_precision="no", seed=0,
+            warmup_steps=0, lr_schedule="constant", mixed_precision="no", seed=0, generation_tokens=40,
+            generation_seeds=[0, 1],
         ),
         # The demo checkpoint's run (issue 22): all codes (the 20 domains and Links), up to 1,000 training documents
         # each cut to 3,000 characters, 20 held-out documents per code; the cpu shared base (GPT-2 3x192, context
@@ -89,7 +90,8 @@ PRESETS: dict[str, dict[str, dict]] = {
             codes=[], train_docs=1000, eval_docs=20, max_doc_chars=3000, mixture="uniform", vocab_size=8192,
             n_layer=3, n_head=3, n_embd=192, seq_len=256, init_from="", base_scale="cpu",
             arms=["from_base", "scratch"], batch_size=16, max_steps=1500, eval_every=250, lr=5e-4, scratch_lr=2e-3,
-            warmup_steps=100, lr_schedule="cosine", mixed_precision="no", seed=0,
+            warmup_steps=100, lr_schedule="cosine", mixed_precision="no", seed=0, generation_tokens=40,
+            generation_seeds=[0, 1],
         ),
         # The paper's recipe on a real checkpoint (a GPU box): fine-tune GPT-2 small with the codes (init_from wins
         # over base_scale); the scratch arm trains GPT-2 small's architecture from random weights at GPT-2's usual
@@ -98,7 +100,8 @@ PRESETS: dict[str, dict[str, dict]] = {
             codes=[], train_docs=0, eval_docs=200, max_doc_chars=0, mixture="uniform", vocab_size=0,
             n_layer=12, n_head=12, n_embd=768, seq_len=256, init_from="gpt2", base_scale="paper",
             arms=["from_base", "scratch"], batch_size=32, max_steps=20000, eval_every=1000, lr=1e-4, scratch_lr=6e-4,
-            warmup_steps=500, lr_schedule="cosine", mixed_precision="bf16", seed=0,
+            warmup_steps=500, lr_schedule="cosine", mixed_precision="bf16", seed=0, generation_tokens=40,
+            generation_seeds=[0, 1],
         ),
     },
     # Welch et al. 2020: AWD-LSTM embedding initialisation (lmstudy.welch.study).

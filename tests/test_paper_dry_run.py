@@ -75,7 +75,7 @@ DRY_RUNS: dict[str, tuple[dict[str, str], list[str]]] = {
     }, ["wikipedia", "litbank", "reddit", "imdb", "reuters21578", "bbc_news", "irc", "wikitext-2-raw", "lambada"]),
     "04_control_codes": ({
         "init_from": "{gpt2}", "codes": "[Wikipedia, Books, Reviews]", "train_docs": "5", "eval_docs": "1",
-        "max_steps": "2", "eval_every": "1", "warmup_steps": "1",
+        "max_steps": "2", "eval_every": "1", "warmup_steps": "1", "generation_tokens": "2", "generation_seeds": "[0]",
         "batch_size": "2",  # time (as 02)
         "mixed_precision": "{mixed_precision}",
     }, ["wikipedia", "litbank", "imdb", "gpt2_bpe"]),
