@@ -175,7 +175,10 @@ def test_claims_on_synthetic_numbers():
     assert by_claim["81M: van_loan init beats random init"] == "holds"
     assert by_claim["81M: prune init beats random init"] == "does not hold"
     assert by_claim["67M: 4 factors beat 1 (no scalars)"] == "holds"
-    assert by_claim["67M: scalars help with 1 factor(s)"] == "does not hold"
+    # One-seed rows count a difference beyond the trend's largest seed std at the last checkpoint (Krony's, 0.03):
+    # the scalars' 0.01 is within it, pruning's 0.1 behind random is not.
+    assert by_claim["67M: scalars help with 1 factor(s)"] == "within noise"
+    assert "within noise up to 0.0300" in table.set_index("claim")["evidence"]["67M: scalars help with 1 factor(s)"]
     assert by_claim["67M: scalars help with 4 factor(s)"] == "not run"
 
 

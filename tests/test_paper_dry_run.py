@@ -55,7 +55,8 @@ DRY_RUNS: dict[str, tuple[dict[str, str], list[str]]] = {
                        "eval_every: 2, lr: 3.0e-4}",
     }, ["reuters21578", "bbc_news", "kenlm"]),
     "02_entity_transformer": ({
-        "init_from": "{gpt2}", "train_docs": "2", "eval_docs": "1", "budgets": "[1, 2]", "eval_every": "1",
+        "init_from": "{gpt2}", "train_docs": "2", "eval_docs": "1", "budgets": "[1, 2]", "eval_every": "2",
+        "corpora": "[gum]",  # GUM's documents only: a LitBank test document is ~2,800 sub-tokens, 3x GUM's
         "warmup_steps": "1", "seeds": "[0]", "ablation_seeds": "[0]", "lambada_examples": "4", "timing_steps": "1",
         "similarity_docs": "1", "tsne_entities": "5", "ner_train_docs": "1", "ner_eval_docs": "1",
         "ner_epochs": "1",
