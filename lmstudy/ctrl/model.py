@@ -49,9 +49,9 @@ STUDY = "04_control_codes"
 CODES_FILE = "control_codes.json"
 RUN_FILE = "lmstudy_run.json"  # beside an exported model: how it was trained (scale, config, metrics, log)
 ARMS = ("from_base", "scratch")  # fine-tuned from the base / the base's architecture and tokenizer, random weights
-# Keys of the study's presets that choose runs rather than being one (the notebook's): which arms to train, and
-# the scratch arm's learning rate (``lr`` is the from_base arm's; see arm_config).
-ARM_KEYS = ("arms", "scratch_lr")
+# Keys of the study's presets that are not part of a run (the notebook's): which arms to train, the scratch arm's
+# learning rate (``lr`` is the from_base arm's; see arm_config), and the evaluation's generation length and seeds.
+NOTEBOOK_KEYS = ("arms", "scratch_lr", "generation_tokens", "generation_seeds")
 
 @dataclass(frozen=True)
 class ControlConfig:
@@ -131,9 +131,9 @@ class ControlConfig:
 
 def scale_config(scale: str, **overrides) -> ControlConfig:
     """The run config of ``scale`` (presets: ``lmstudy.scales.PRESETS["04_control_codes"]``) plus overrides,
-    without the preset's :data:`ARM_KEYS` (:func:`arm_config` makes each arm's run of it)."""
+    without the preset's :data:`NOTEBOOK_KEYS` (:func:`arm_config` makes each arm's run of it)."""
     values = {**preset(STUDY, scale), **overrides}
-    return ControlConfig.from_dict({key: value for key, value in values.items() if key not in ARM_KEYS})
+    return ControlConfig.from_dict({key: value for key, value in values.items() if key not in NOTEBOOK_KEYS})
 
 
 def arm_config(config: ControlConfig, arm: str, scratch_lr: float | None = None) -> ControlConfig:
@@ -372,7 +372,7 @@ def exported_arm(path: str | Path) -> dict[str, TrainedArm]:
     return {config.arm: TrainedArm(config, Path(path), metrics, log)}
 
 
-__all__ = ["ARMS", "ARM_KEYS", "CODES_FILE", "RUN_FILE", "STUDY", "ControlConfig", "ControlModel", "TrainedArm",
+__all__ = ["ARMS", "NOTEBOOK_KEYS", "CODES_FILE", "RUN_FILE", "STUDY", "ControlConfig", "ControlModel", "TrainedArm",
            "arm_config", "arm_configs", "base_with_codes", "build_model", "control_run", "export_model",
            "exported_arm", "fit", "load_control_model", "pretrained_with_codes", "read_run_record", "run_identity",
            "save_control_model", "scale_config", "train_arms", "train_control_model", "with_codes"]
