@@ -99,6 +99,15 @@ def archive_runs(study: str, dest: str | Path, weights: str = "all", unfinished:
     return archived
 
 
+def run_studies() -> list[str]:
+    """The studies of ``runs_dir()`` that hold runs (a folder with a run's ``config.json`` one level down; not the
+    executed notebooks nor the corpus caches)."""
+    root = runs_dir()
+    if not root.is_dir():
+        return []
+    return sorted(path.name for path in root.iterdir() if path.is_dir() and any(path.glob(f"*/{CONFIG_FILE}")))
+
+
 def kept_checkpoints(run_dir: Path) -> list[Path]:
     """The complete checkpoint folders of ``run_dir`` at a step its ``TrainConfig.keep_checkpoints`` names (read
     from the checkpoints' own ``state.json``: the run config does not say how a study trains)."""
@@ -140,14 +149,16 @@ def restore_runs(src: str | Path) -> list[str]:
 
 
 def register(subparsers) -> None:
-    """``python -m lmstudy runs archive STUDY DEST [--weights W]`` and ``runs restore SRC``."""
+    """``python -m lmstudy runs archive STUDY|--all DEST [--weights W] [--unfinished]`` and ``runs restore SRC``."""
     runs = subparsers.add_parser("runs", help="archive finished runs into a folder / restore them into runs/")
     commands = runs.add_subparsers(dest="runs_command", required=True, metavar="SUBCOMMAND")
     archive = commands.add_parser("archive", help="copy a study's finished runs (no training state) to DEST",
                                   description=__doc__,
                                   formatter_class=argparse.RawDescriptionHelpFormatter)
-    archive.add_argument("study", help="e.g. 03_kronecker")
+    archive.add_argument("study", nargs="?", help="e.g. 03_kronecker (or --all)")
     archive.add_argument("dest", type=Path, help="e.g. results/runs (committed)")
+    archive.add_argument("--all", action="store_true",
+                         help="every study in the run cache (a GPU lease's runs: scripts/gpu_run.sh)")
     archive.add_argument("--weights", default="all",
                          help="whose folders (weights, tokenizer) to keep: all, none, or KEY=VALUE of the config")
     archive.add_argument("--unfinished", action="store_true",
@@ -159,9 +170,15 @@ def register(subparsers) -> None:
 
 
 def _archive(args) -> int:
-    hashes = archive_runs(args.study, args.dest, args.weights, args.unfinished)
+    if args.all == bool(args.study):
+        raise ValueError("runs archive: name one STUDY or give --all, not both")
+    studies = run_studies() if args.all else [args.study]
+    if not studies:
+        raise FileNotFoundError(f"no runs in {runs_dir()}")
     kind = "finished or unfinished" if args.unfinished else "finished"
-    print(f"archived {len(hashes)} {kind} run(s) of {args.study} into {args.dest / args.study}")
+    for study in studies:
+        hashes = archive_runs(study, args.dest, args.weights, args.unfinished)
+        print(f"archived {len(hashes)} {kind} run(s) of {study} into {args.dest / study}")
     return 0
 
 
@@ -171,4 +188,4 @@ def _restore(args) -> int:
     return 0
 
 
-__all__ = ["archive_runs", "kept_checkpoints", "restore_runs", "register"]
+__all__ = ["archive_runs", "kept_checkpoints", "register", "restore_runs", "run_studies"]

@@ -58,6 +58,21 @@ def test_archive_errors_and_cli(tmp_path, monkeypatch, capsys):
 
 
 
+def test_archive_all_takes_every_study_of_the_run_cache(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("LMSTUDY_RUNS", str(tmp_path / "runs"))
+    _finished_run("base")
+    cached("other_study", {"stage": "x"}, lambda run: {"loss": 3.0})
+    (tmp_path / "runs" / "notebooks").mkdir()  # executed notebooks and corpus caches are not studies
+    (tmp_path / "runs" / "cache" / "tokens").mkdir(parents=True)
+    assert main(["runs", "archive", "--all", str(tmp_path / "archive"), "--weights", "none"]) == 0
+    out = capsys.readouterr().out
+    assert "1 finished run(s) of other_study" in out and "1 finished run(s) of study" in out
+    assert sorted(p.name for p in (tmp_path / "archive").iterdir()) == ["other_study", "study"]
+    assert main(["runs", "archive", str(tmp_path / "archive")]) == 2  # neither a study nor --all
+    assert main(["runs", "archive", "--all", "study", str(tmp_path / "archive")]) == 2
+    assert "not both" in capsys.readouterr().err
+
+
 def test_an_unfinished_run_travels_with_its_latest_and_kept_checkpoints_and_resumes(tmp_path, monkeypatch):
     """``unfinished=True``: the run's newest checkpoint is archived in full, its kept checkpoints so far with
     their weights only; restored elsewhere, training resumes there, ends with the same weights as an
