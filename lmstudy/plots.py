@@ -55,6 +55,27 @@ def short_number(value: float) -> str:
     return f"{value:g}"
 
 
+def gap_trend(gaps: pd.DataFrame, level: str, series: dict[str, str], xlabel: str, ylabel: str,
+              title: str = "") -> plt.Figure:
+    """A claim's gap against compute: for each column of ``gaps`` named in ``series`` (column -> legend label),
+    every seed's value (dots) and the mean with its seed std (error bars) at each ``level`` (the column of the
+    compute levels: tokens, steps, epochs), on a log axis labelled at the levels; a line at zero. Series are
+    drawn side by side (a small shift) so their bars do not hide one another."""
+    figure, axis = plt.subplots(figsize=(6.5, 4))
+    shifts = [1 + 0.06 * (i - (len(series) - 1) / 2) for i in range(len(series))]
+    for (column, label), shift, colour in zip(series.items(), shifts, (f"C{i}" for i in range(10))):
+        summary = gaps.groupby(level)[column].agg(["mean", "std"]).reset_index()
+        axis.errorbar(summary[level] * shift, summary["mean"], yerr=summary["std"].fillna(0), color=colour,
+                      marker="o", capsize=4, label=label)
+        axis.scatter(gaps[level] * shift, gaps[column], color=colour, alpha=0.4, s=14)
+    axis.axhline(0, color="black", lw=0.8)
+    log_axis_at(axis, gaps[level])
+    axis.set(xlabel=xlabel, ylabel=ylabel, title=title)
+    axis.legend()
+    figure.tight_layout()
+    return figure
+
+
 def save_figure(figure: plt.Figure, path: Path) -> Path:
     """Save as PNG (dpi 150) and close, so batch runs do not accumulate open figures."""
     figure.savefig(path, dpi=150)

@@ -733,25 +733,12 @@ def claims(config: KronyConfig, grid: pd.DataFrame, table6_rows: pd.DataFrame, t
 def plot_trend(gaps: pd.DataFrame, title: str = ""):
     """Krony minus each baseline in WikiText-2 bits per byte against the base's training tokens: every seed
     (dots) and the mean with its seed std (error bars); below zero, Krony is better."""
-    import matplotlib.pyplot as plt
+    from lmstudy.plots import gap_trend
 
-    from lmstudy.plots import log_axis_at
-
-    figure, axis = plt.subplots(figsize=(6.5, 4))
-    for column, label, colour, shift in (("krony_minus_distilled", "Krony − distilled", "C0", 0.97),
-                                         ("krony_minus_scratch", "Krony − scratch, equal data", "C1", 1.03)):
-        summary = gaps.groupby("base_tokens")[column].agg(["mean", "std"]).reset_index()
-        x = summary["base_tokens"] * shift  # side by side on the log axis
-        axis.errorbar(x, summary["mean"], yerr=summary["std"].fillna(0), color=colour, marker="o", capsize=4,
-                      label=label)
-        axis.scatter(gaps["base_tokens"] * shift, gaps[column], color=colour, alpha=0.4, s=14)
-    axis.axhline(0, color="black", lw=0.8)
-    log_axis_at(axis, gaps["base_tokens"])
-    axis.set(xlabel="base training tokens", ylabel="gap in WikiText-2 bits per byte",
-             title=title or "Krony minus same-size dense models (below 0: Krony better)")
-    axis.legend()
-    figure.tight_layout()
-    return figure
+    return gap_trend(gaps, "base_tokens", {"krony_minus_distilled": "Krony − distilled",
+                                           "krony_minus_scratch": "Krony − scratch, equal data"},
+                     xlabel="base training tokens", ylabel="gap in WikiText-2 bits per byte",
+                     title=title or "Krony minus same-size dense models (below 0: Krony better)")
 
 
 def plot_grid(grid: pd.DataFrame, title: str = ""):

@@ -54,7 +54,7 @@ from __future__ import annotations
 import functools
 import math
 import time
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass
 
 import matplotlib.pyplot as plt
 import pandas as pd
@@ -71,7 +71,7 @@ from lmstudy.lm_batches import LMTask
 from lmstudy.welch.embedding_config import SECTION3_CONFIGS, EmbeddingConfig, apply_embedding_config
 from lmstudy.runs import cached
 from lmstudy.welch import study as embedding_init
-from lmstudy.welch.study import EmbeddingInitConfig
+from lmstudy.welch.study import RUN_FIELDS, EmbeddingInitConfig
 from lmstudy.quickstart import QuickstartConfig
 from lmstudy.quickstart import build_model as build_gpt2
 from lmstudy.text import Vocab
@@ -119,13 +119,12 @@ PAPER_TABLE7 = pd.DataFrame([
     ("Baseline AWD-LSTM", 52.8, 53.5, 37.8, 36.7), ("Our approach", 49.0, 49.4, 38.3, 37.2),
     ("GPT-2 (774m)", None, None, 32.5, 33.7)], columns=["model", "word_dev", "word_test", "bpe_dev", "bpe_test"])
 
-_RUN_FIELDS = {f.name for f in fields(EmbeddingInitConfig)} - {"embedding", "seed", "domain", "unk_cutoff"}
 
 
 def base_fields(params: dict, domain: str | None = None, unk_cutoff: int = 0) -> dict:
     """The ``EmbeddingInitConfig`` fields (all but embedding and seed) of the notebook ``params``."""
     return {"domain": domain or params["domain"], "unk_cutoff": unk_cutoff,
-            **{k: v for k, v in params.items() if k in _RUN_FIELDS}}
+            **{k: v for k, v in params.items() if k in RUN_FIELDS}}
 
 
 # --- AWD-LSTM runs with another vector source or more LM data ---------------------------------

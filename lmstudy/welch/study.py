@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, fields, replace
 
 import torch
 
@@ -90,6 +90,10 @@ class EmbeddingInitConfig:
     vector_epochs: int = 5
     pretrain_sentences: int = 0  # 0 = the whole pretraining split
     seed: int = 0
+
+
+# The run-config fields a notebook parameter sets for a whole grid (all but what names each run of it).
+RUN_FIELDS = {f.name for f in fields(EmbeddingInitConfig)} - {"embedding", "seed", "domain", "unk_cutoff"}
 
 
 def make_config(embedding: str | EmbeddingConfig, scale: str, setting: str = "Std", **overrides) -> EmbeddingInitConfig:
@@ -177,5 +181,5 @@ def run_history(run_) -> list[dict]:
     return [r for r in read_log_records(run_.log_path) if r.get("kind") == "eval"]
 
 
-__all__ = ["DATA_SETTINGS", "STUDY", "EmbeddingInitConfig", "build_model",
+__all__ = ["DATA_SETTINGS", "RUN_FIELDS", "STUDY", "EmbeddingInitConfig", "build_model",
            "make_config", "run", "run_history", "train_awd_lstm"]

@@ -30,7 +30,7 @@ the reported test perplexity uses), bucketed by the target word's count in the t
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, fields
+from dataclasses import asdict
 
 import matplotlib.pyplot as plt
 import pandas as pd
@@ -47,6 +47,7 @@ from lmstudy.welch.embedding_config import (
 from lmstudy.runs import cached, get_run
 from lmstudy.welch.study import (
     DATA_SETTINGS,
+    RUN_FIELDS,
     STUDY,
     EmbeddingInitConfig,
     build_model,
@@ -66,7 +67,6 @@ CONFIG_SETS = {
         STANDARD, PROPOSED, "untied/in=pretrained,trainable/out=pretrained,trainable")),
 }
 BUCKETS = ((0, 0, "0"), (1, 5, "1-5"), (6, 50, "6-50"), (51, None, "51+"))
-_RUN_FIELDS = {f.name for f in fields(EmbeddingInitConfig)} - {"embedding", "seed", "domain", "unk_cutoff"}
 
 
 def grid_configs(configs: str | list[str], seeds: list[int], settings: list[str], section3_seeds: list[int] = (),
@@ -76,7 +76,7 @@ def grid_configs(configs: str | list[str], seeds: list[int], settings: list[str]
     ``params`` are the notebook's parameters: keys that are not run-config fields are ignored."""
     names = [c.name for c in CONFIG_SETS[configs]] if isinstance(configs, str) else list(configs)
     section3 = {c.name for c in SECTION3_CONFIGS}
-    run_params = {k: v for k, v in params.items() if k in _RUN_FIELDS}
+    run_params = {k: v for k, v in params.items() if k in RUN_FIELDS}
     return [EmbeddingInitConfig(embedding=name, seed=seed, **DATA_SETTINGS[setting], **run_params)
             for setting in settings for name in names
             for seed in dict.fromkeys([*seeds, *(section3_seeds if name in section3 else ())])]

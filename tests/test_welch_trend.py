@@ -1,0 +1,93 @@
+"""Welch's freezing claims as trends over training length (lmstudy.welch.trend)."""
+
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+import pytest
+
+from lmstudy.welch.trend import (
+    TREND_CONFIGS, best_within, plot_trend_gaps, trend_claims, trend_configs, trend_gaps,
+)
+
+
+def test_best_within_reads_the_first_epochs_of_a_longer_run():
+    evaluations = [{"epoch": 0, "val_loss": 5.0}, {"epoch": 1, "val_loss": 4.0}, {"epoch": 2, "val_loss": 4.5},
+                   {"epoch": 5, "val_loss": 3.0}]
+    assert best_within(evaluations, 1) == pytest.approx(math.exp(5.0))
+    assert best_within(evaluations, 3) == pytest.approx(math.exp(4.0))  # the best so far, not the last
+    assert best_within(evaluations, 10) == pytest.approx(math.exp(3.0))
+    assert math.isnan(best_within([], 2))
+
+
+def test_trend_configs_cover_four_configs_two_settings_and_the_seeds():
+    configs = trend_configs({"emb_size": 16, "configs": "section3", "max_epochs": 2, "seeds": [9]}, [0, 1], epoch_cap=40,
+                            stop_after=3)
+    assert len(configs) == 4 * 2 * 2
+    assert {c.embedding for c in configs} == set(TREND_CONFIGS.values())
+    assert {(c.domain, c.unk_cutoff) for c in configs} == {("news", 1), ("news", 0)}  # Std-news and Rare
+    assert all(c.max_epochs == 40 and c.patience == 3 and c.emb_size == 16 for c in configs)
+    assert {c.seed for c in configs} == {0, 1}  # notebook keys that are no run fields are ignored
+    with pytest.raises(ValueError, match="stop_after >= 1"):
+        trend_configs({}, [0], epoch_cap=40, stop_after=0)
+
+
+def synthetic_table() -> pd.DataFrame:
+    """Freezing costs 10 ppl at 2 epochs, 3 at 8 and gains 5 at 40 (both settings; seed noise +-0.5); the
+    standard approaches are always behind ours with the input trainable."""
+    gap = {2: 10.0, 8: 3.0, 40: -5.0}
+    rows = []
+    for dataset in ("Std-news", "Rare"):
+        for epochs, g in gap.items():
+            for seed, noise in ((0, -0.5), (1, 0.0), (2, 0.5)):
+                trainable = 200.0 - epochs
+                values = {"ours, input trainable": trainable, "ours": trainable + g + noise,
+                          "standard": trainable + 2.0, "standard + pretraining": trainable + 1.0}
+                for label, ppl in values.items():
+                    rows.append({"config": TREND_CONFIGS[label], "label": label, "dataset": dataset, "seed": seed,
+                                 "epochs": epochs, "valid_ppl": ppl})
+    return pd.DataFrame(rows)
+
+
+def test_claims_follow_the_gap_across_lengths():
+    gaps = trend_gaps(synthetic_table())
+    first = gaps[(gaps["dataset"] == "Rare") & (gaps["epochs"] == 2) & (gaps["seed"] == 2)].iloc[0]
+    assert first["frozen_minus_trainable"] == pytest.approx(10.5)
+    assert first["ours_minus_best_other"] == pytest.approx(10.5)  # the best other: ours with the input trainable
+    table = trend_claims(synthetic_table())
+    freezing = table[(table["claim"] == "freezing the pretrained input beats training it")
+                     & (table["dataset"] == "Std-news")]
+    assert freezing["level"].tolist() == [2, 8, 40]
+    assert freezing["verdict"].tolist() == ["does not hold", "does not hold", "holds"]
+    assert set(freezing["trend"]) == {"toward the paper"}
+    best = table[table["claim"].str.startswith("ours")]
+    assert best["dataset"].tolist() == ["Rare"] * 3
+    assert best["verdict"].tolist() == ["does not hold", "does not hold", "holds"]
+
+
+def test_the_gap_figure_has_one_series_per_setting():
+    figure = plot_trend_gaps(trend_gaps(synthetic_table()), "frozen_minus_trainable", title="freezing")
+    assert [text.get_text() for text in figure.axes[0].get_legend().get_texts()] == ["Std-news", "Rare"]
+
+
+@pytest.mark.slow
+def test_the_trend_runs_end_to_end_on_real_text(tmp_path, monkeypatch):
+    """Eight tiny AWD-LSTM runs (4 configurations x Std-news, Rare) to 3 epochs with early stopping, read at 1 and 3
+    epochs: the 1-epoch point is the best of the run's first epoch, never worse than the 3-epoch one."""
+    from conftest import require_corpus
+
+    from lmstudy.scales import preset
+    from lmstudy.welch.trend import trend_table
+
+    for corpus in ("reuters21578", "bbc_news"):
+        require_corpus(corpus)
+    monkeypatch.setenv("LMSTUDY_RUNS", str(tmp_path / "runs"))
+    params = {**preset("01_embedding_init", "smoke"), "max_steps": 0, "train_tokens": 2_000, "eval_tokens": 500}
+    configs = trend_configs(params, [0], epoch_cap=3, stop_after=1)
+    table = trend_table(configs, [1, 3])
+    assert len(table) == 8 * 2 and table["valid_ppl"].notna().all()
+    wide = table.pivot_table(index=["config", "dataset"], columns="epochs", values="valid_ppl")
+    assert (wide[3] <= wide[1]).all()
+    assert set(trend_claims(table)["claim"]) == {"freezing the pretrained input beats training it",
+                                                  "ours (untied, pretrained, frozen input) is the best of the four"}
