@@ -113,6 +113,9 @@ PRESETS: dict[str, dict[str, dict]] = {
             vector_epochs=1, pretrain_sentences=2_000, **AWD_LSTM_REGULARISATION,
             # notebook-only keys (not run-config fields): which grid to run
             configs="standard_vs_ours", seeds=[0], settings=["Std", "Std-news", "Rare"], section3_seeds=[],
+            # the freezing trend (lmstudy.welch.trend): its seeds ([] = none), training tokens, epoch cap, early
+            # stopping after this many evaluations without improvement, the lengths it is read at
+            trend_seeds=[0], trend_train_tokens=1_000, trend_epoch_cap=3, trend_stop_after=1, trend_lengths=[1, 3],
         ),
         # The published scale: Table 1 (20 configs x Std/Std-news/Rare) plus two more seeds of the six Section 3
         # configs = 96 runs (run times: README): 2 layers, 64-d embeddings, the first ~200k training tokens (the
@@ -123,6 +126,10 @@ PRESETS: dict[str, dict[str, dict]] = {
             max_epochs=2, max_steps=0, evals_per_epoch=3, nonmono=2, train_tokens=200_000, eval_tokens=20_000,
             vector_epochs=5, pretrain_sentences=0, **AWD_LSTM_REGULARISATION,
             configs="all", seeds=[0], settings=["Std", "Std-news", "Rare"], section3_seeds=[1, 2],  # notebook-only keys
+            # The trend (issue 23): the same 2x256 model on the first 100k training tokens (half of Table 1's: ~34 s
+            # an epoch, so 24 runs of up to 40 epochs fit ~5 h of two one-thread workers), read at 2, 6 and 40 epochs.
+            trend_seeds=[0, 1, 2], trend_train_tokens=100_000, trend_epoch_cap=40, trend_stop_after=3,
+            trend_lengths=[2, 6, 40],
         ),
         # The paper: awd-lstm-lm's PTB recipe (3 x 1150, 400-d embeddings, Welch's Baseline column).
         "paper": dict(
@@ -130,6 +137,8 @@ PRESETS: dict[str, dict[str, dict]] = {
             lr=30.0, nonmono=5, max_epochs=500, max_steps=0, evals_per_epoch=1, train_tokens=0, eval_tokens=0,
             vector_epochs=5, pretrain_sentences=0, **AWD_LSTM_REGULARISATION,
             configs="all", seeds=[0], settings=["Std", "Std-news", "Rare"], section3_seeds=[1, 2],  # notebook-only keys
+            trend_seeds=[0, 1, 2], trend_train_tokens=0, trend_epoch_cap=500, trend_stop_after=5,
+            trend_lengths=[2, 50, 500],
         ),
     },
     # Stylianou & Vlahavas 2020, Entity-Transformers: GPT2E vs GPT2 (and two GPT2E ablations) fine-tuned from the

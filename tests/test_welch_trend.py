@@ -22,12 +22,12 @@ def test_best_within_reads_the_first_epochs_of_a_longer_run():
 
 
 def test_trend_configs_cover_four_configs_two_settings_and_the_seeds():
-    configs = trend_configs({"emb_size": 16, "configs": "section3", "max_epochs": 2, "seeds": [9]}, [0, 1], epoch_cap=40,
+    configs = trend_configs({"emb_size": 16, "configs": "section3", "max_epochs": 2, "max_steps": 24, "seeds": [9]}, [0, 1], epoch_cap=40,
                             stop_after=3)
     assert len(configs) == 4 * 2 * 2
     assert {c.embedding for c in configs} == set(TREND_CONFIGS.values())
     assert {(c.domain, c.unk_cutoff) for c in configs} == {("news", 1), ("news", 0)}  # Std-news and Rare
-    assert all(c.max_epochs == 40 and c.patience == 3 and c.emb_size == 16 for c in configs)
+    assert all(c.max_epochs == 40 and c.max_steps == 0 and c.patience == 3 and c.emb_size == 16 for c in configs)
     assert {c.seed for c in configs} == {0, 1}  # notebook keys that are no run fields are ignored
     with pytest.raises(ValueError, match="stop_after >= 1"):
         trend_configs({}, [0], epoch_cap=40, stop_after=0)
@@ -73,8 +73,9 @@ def test_the_gap_figure_has_one_series_per_setting():
 
 @pytest.mark.slow
 def test_the_trend_runs_end_to_end_on_real_text(tmp_path, monkeypatch):
-    """Eight tiny AWD-LSTM runs (4 configurations x Std-news, Rare) to 3 epochs with early stopping, read at 1 and 3
-    epochs: the 1-epoch point is the best of the run's first epoch, never worse than the 3-epoch one."""
+    """The smoke preset's trend as notebook 01 runs it: eight tiny AWD-LSTM runs (4 configurations x Std-news,
+    Rare) up to 3 epochs with early stopping, read at 1 and 3 epochs: the 1-epoch point is the best of the run's
+    first epoch, never better than the 3-epoch one."""
     from conftest import require_corpus
 
     from lmstudy.scales import preset
@@ -83,9 +84,10 @@ def test_the_trend_runs_end_to_end_on_real_text(tmp_path, monkeypatch):
     for corpus in ("reuters21578", "bbc_news"):
         require_corpus(corpus)
     monkeypatch.setenv("LMSTUDY_RUNS", str(tmp_path / "runs"))
-    params = {**preset("01_embedding_init", "smoke"), "max_steps": 0, "train_tokens": 2_000, "eval_tokens": 500}
-    configs = trend_configs(params, [0], epoch_cap=3, stop_after=1)
-    table = trend_table(configs, [1, 3])
+    p = preset("01_embedding_init", "smoke")  # its max_steps (24) bounds Table 1's runs, not the trend's
+    configs = trend_configs({**p, "train_tokens": p["trend_train_tokens"]}, p["trend_seeds"], p["trend_epoch_cap"],
+                            p["trend_stop_after"])
+    table = trend_table(configs, p["trend_lengths"])
     assert len(table) == 8 * 2 and table["valid_ppl"].notna().all()
     wide = table.pivot_table(index=["config", "dataset"], columns="epochs", values="valid_ppl")
     assert (wide[3] <= wide[1]).all()

@@ -48,12 +48,13 @@ def trend_configs(params: dict, seeds: list[int], epoch_cap: int, stop_after: in
                   settings=TREND_SETTINGS) -> list[EmbeddingInitConfig]:
     """The runs of the trend: every :data:`TREND_CONFIGS` configuration on every setting with every seed, trained
     up to ``epoch_cap`` epochs, stopped early after ``stop_after`` evaluations without improvement. ``params``: the
-    notebook's parameters (keys that are not run-config fields are ignored, and so are its ``max_epochs`` and
-    ``patience``: the trend's runs have their own)."""
+    notebook's parameters (keys that are not run-config fields are ignored, and so are its ``max_epochs``,
+    ``max_steps`` and ``patience``: the trend's runs have their own bounds)."""
     if stop_after < 1:
         raise ValueError(f"the trend's runs stop when validation stops improving: stop_after >= 1, got {stop_after}")
-    run_params = {k: v for k, v in params.items() if k in RUN_FIELDS and k not in ("max_epochs", "patience")}
-    return [EmbeddingInitConfig(embedding=name, seed=seed, max_epochs=epoch_cap, patience=stop_after,
+    own = ("max_epochs", "max_steps", "patience")  # the trend's runs are bounded by epochs and early stopping only
+    run_params = {k: v for k, v in params.items() if k in RUN_FIELDS and k not in own}
+    return [EmbeddingInitConfig(embedding=name, seed=seed, max_epochs=epoch_cap, max_steps=0, patience=stop_after,
                                 **DATA_SETTINGS[setting], **run_params)
             for setting in settings for name in TREND_CONFIGS.values() for seed in seeds]
 
