@@ -14,7 +14,7 @@ about a minute, so the batches are cut for time, never the width or depth of a m
 
 Each test prints one markdown row (study, model size, wall seconds, CPU seconds and peak memory of the study's
 process tree): the README's "Scaling up" table is ``pytest -s -m paper_dry_run tests/test_paper_dry_run.py``
-output. Marked ``paper_dry_run``; ``make test`` (CI) runs 00, 01, 01b and 03 (about 450 CPU seconds) and leaves
+output. Marked ``paper_dry_run``; ``make test`` (CI) runs 00, 01, 01b and 03 (about 540 CPU seconds) and leaves
 out the two that fine-tune GPT-2 small, 02 and 04 (:data:`BY_HAND`, marker ``paper_dry_run_by_hand``), which would
 take CI past its 5-minute budget for the dry runs (issue 24 stays open for them).
 """
@@ -45,6 +45,9 @@ DRY_RUNS: dict[str, tuple[dict[str, str], list[str]]] = {
         "configs": "standard_vs_ours", "seeds": "[0]", "settings": "[Std]", "section3_seeds": "[]",
         "max_epochs": "1", "max_steps": "2", "train_tokens": "3000", "eval_tokens": "1000", "vector_epochs": "1",
         "pretrain_sentences": "1000",
+        # the freezing trend: its 8 runs (4 configurations x Std-news, Rare) for one epoch of 3,000 tokens
+        "trend_seeds": "[0]", "trend_train_tokens": "3000", "trend_epoch_cap": "1", "trend_stop_after": "1",
+        "trend_lengths": "[1]",
     }, ["ptb", "reuters21578", "bbc_news"]),
     "01b_embedding_init_extended": ({
         "configs": "pair", "seeds": "[0]", "domains": "[news]", "unk_cutoffs": "[0]",
