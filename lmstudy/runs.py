@@ -27,8 +27,8 @@ run as complete.
 
 Several processes (``accelerate launch``, ``torchrun``: they set ``RANK`` and ``WORLD_SIZE``): every process
 runs ``cached``'s function (they train together, ``training.train`` writing from the main process only), only
-the main process writes ``config.json`` and ``metrics.json``, and the others wait for it before reading the
-metrics back, so every process returns the same saved metrics. The folder must be shared by the processes.
+the main process writes ``config.json`` and ``metrics.json``, then sends the saved metrics to the others, so every
+process returns the same saved metrics. The folder must be shared by the processes.
 A step whose function writes files itself and needs no other process (data preparation) goes inside
 ``main_process_first()``: the main process runs it, the others then find it done.
 """
@@ -113,11 +113,42 @@ def is_main_process() -> bool:
     return int(os.environ.get("RANK", "0")) == 0
 
 
+def process_state():
+    """accelerate's state of this process (``PartialState``), created as ``Accelerator()`` creates it.
+
+    The first one created is the one every later call gets. Made bare (``PartialState()``) under
+    ``ACCELERATE_USE_CPU=1 accelerate launch --multi_gpu`` (two gloo processes on a CPU), it ignores the flag, finds
+    no GPU and says one process, so barriers do nothing and the processes later train alone, each on the whole
+    batch. Whatever may come first (the run cache's barrier, ``training.process_device``) asks here."""
+    from accelerate.state import PartialState  # only here: the run cache itself needs no torch
+    from accelerate.utils import parse_flag_from_env
+
+    return PartialState(cpu=parse_flag_from_env("ACCELERATE_USE_CPU"))
+
+
 def _wait_for_everyone() -> None:
     if int(os.environ.get("WORLD_SIZE", "1")) > 1:
-        from accelerate import PartialState  # only here: the run cache itself needs no torch
+        process_state().wait_for_everyone()
 
-        PartialState().wait_for_everyone()
+
+def leave_process_group() -> None:
+    """The last call of a script run under ``accelerate launch``: wait for the other processes, then leave the
+    process group. A gloo process that exits with the group open, or while another's last message is still in
+    flight, can abort ("terminate called without an active exception") and fail the whole launch."""
+    if int(os.environ.get("WORLD_SIZE", "1")) > 1:
+        state = process_state()
+        state.wait_for_everyone()
+        state.destroy_process_group()
+
+
+def _from_main_process(value: Any) -> Any:
+    """``value`` as the main process has it, in every process (the others block until it arrives)."""
+    if int(os.environ.get("WORLD_SIZE", "1")) <= 1:
+        return value
+    from accelerate.utils import broadcast_object_list
+
+    process_state()
+    return broadcast_object_list([value], from_process=0)[0]
 
 
 _others_waiting = False  # True while the main process runs a main_process_first() block alone
@@ -299,9 +330,10 @@ def cached(study: str, config: Any, fn: Callable[[Run], dict]) -> dict:
             )
         if is_main_process():
             run.save_metrics(metrics)
-    if not _others_waiting:
-        _wait_for_everyone()
-    return run.metrics  # the JSON round-trip: the same values a later cached() call returns
+    if _others_waiting:  # the main process alone inside main_process_first(): no other process to tell
+        return run.metrics
+    # The JSON round-trip (the same values a later cached() call returns), sent by the main process once saved.
+    return _from_main_process(run.metrics if is_main_process() else None)
 
 
 # --------------------------------------------------------------------------------------------

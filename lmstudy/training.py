@@ -108,14 +108,14 @@ from typing import Any, Callable, Iterable
 import numpy as np
 import torch
 from accelerate import Accelerator
-from accelerate.state import AcceleratorState, PartialState
+from accelerate.state import AcceleratorState
 from accelerate.utils import (GradientAccumulationPlugin, broadcast_object_list, gather_object, send_to_device,
                                set_seed)
 from accelerate.utils.operations import honor_type
 from safetensors.torch import load_file, load_model, save_file, save_model
 from tqdm.auto import tqdm
 
-from lmstudy.runs import Run, atomic_write_text, read_log_records, to_jsonable
+from lmstudy.runs import Run, atomic_write_text, process_state, read_log_records, to_jsonable
 
 CHECKPOINT_FORMAT = 1
 OPTIMIZERS = ("adamw", "sgd")
@@ -588,12 +588,12 @@ def _final_metrics(state: TrainState) -> dict:
 def process_device() -> torch.device:
     """The device of this process as accelerate assigns it: ``cuda:<local rank>`` under ``accelerate launch``
     on GPUs, ``cuda`` / ``mps`` on one, else ``cpu``. What ``train`` trains on."""
-    return PartialState().device
+    return process_state().device
 
 
 def _make_accelerator(mixed_precision: str, grad_accum_steps: int) -> Accelerator:
     previous = AcceleratorState._shared_state.get("_mixed_precision")
-    if previous not in (None, mixed_precision) and PartialState().num_processes == 1:
+    if previous not in (None, mixed_precision) and process_state().num_processes == 1:
         # accelerate allows one precision per process and asks for a restart otherwise; a notebook
         # that trains an fp32 model and then a bf16 one should not have to. In a single process
         # nothing of the previous Accelerator is used any more, so its shared state can go.

@@ -3,8 +3,8 @@ must run once, on the main process, and every process must train on the same str
 
     ACCELERATE_USE_CPU=1 accelerate launch --multi_gpu --num_processes 2 tests/prepare_multi.py RUNS_DIR
 
-Every process prints one JSON line: its rank, how many times it wrote the data streams itself, the sha256 of
-the train stream it trained on, and the base's final validation loss.
+Every process prints one JSON line: its rank, how many processes accelerate saw (training with it), how many times
+it wrote the data streams itself, the sha256 of the train stream it trained on, and the base's final validation loss.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ import torch  # noqa: E402
 torch.set_num_threads(1)
 
 from lmstudy import base  # noqa: E402
+from lmstudy.runs import leave_process_group, process_state  # noqa: E402
 
 writes = 0
 write_data = base._write_data
@@ -37,6 +38,9 @@ base._write_data = counted_write_data
 config = base.final_config("smoke")
 metrics = base.train_base(config)
 train_bin = base.prepare_data(config.data).path / "train.bin"
-print(json.dumps({"rank": int(os.environ.get("RANK", "0")), "writes": writes,
-                  "train_sha": hashlib.sha256(train_bin.read_bytes()).hexdigest(),
+print(json.dumps({"rank": int(os.environ.get("RANK", "0")), "processes": process_state().num_processes,
+                  "writes": writes, "train_sha": hashlib.sha256(train_bin.read_bytes()).hexdigest(),
                   "val_loss": metrics["val_loss"]}), flush=True)
+leave_process_group()
+sys.stdout.flush()
+os._exit(0)  # as tests/train_multi.py: skip the teardown where torch.distributed's threads can abort

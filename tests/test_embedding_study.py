@@ -46,6 +46,26 @@ def test_grid_configs_keep_run_fields_and_every_preset_builds():
     assert [(c.embedding, c.seed) for c in grid] == [(tables.PROPOSED, 0), (tables.PROPOSED, 1), ("tied/random,frozen", 0)]
 
 
+def test_the_split_format_is_part_of_a_run_identity():
+    """Table 1's archived runs were trained on format-1 splits and their configs say nothing of it: a run on
+    today's (format 2) splits must hash differently, and a config naming another format is refused."""
+    from dataclasses import asdict, replace
+
+    from lmstudy.data.splits import FORMAT_VERSION
+    from lmstudy.runs import config_hash
+    from lmstudy.welch.embeddings import PretrainConfig
+
+    config = study.make_config(tables.PROPOSED, "cpu", "Rare")
+    assert config.splits == FORMAT_VERSION == 2
+    archived = {k: v for k, v in asdict(config).items() if k != "splits"}  # what a format-1 run's config holds
+    assert config_hash(asdict(config)) != config_hash(archived)
+    with pytest.raises(ValueError, match="split format 1 cannot be trained"):
+        replace(config, splits=1)
+    with pytest.raises(ValueError, match="split format 1 cannot be trained"):
+        PretrainConfig(domain="news", splits=1)
+    assert "splits" not in study.RUN_FIELDS  # no notebook parameter sets it
+
+
 def _synthetic_table(std: dict[str, float], rare: dict[str, float] | None = None, seed: int = 0,
                      **datasets: dict[str, float]) -> pd.DataFrame:
     """Table 1 rows of made-up validation perplexities; ``datasets`` keys name more data settings."""

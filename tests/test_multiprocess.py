@@ -267,6 +267,9 @@ def test_the_base_data_is_prepared_once_under_two_processes(tmp_path):
     out = finish(launch("", tmp_path / "runs", script=Path(__file__).parent / "prepare_multi.py"))
     ranks = sorted((json.loads(line) for line in out.strip().splitlines()), key=lambda r: r["rank"])
     assert [r["rank"] for r in ranks] == [0, 1]
+    # The data step's barrier comes first: made without ACCELERATE_USE_CPU, accelerate's state said one process,
+    # the barriers did nothing and each process trained the base alone.
+    assert [r["processes"] for r in ranks] == [2, 2]
     assert [r["writes"] for r in ranks] == [1, 0]
     assert ranks[0]["train_sha"] == ranks[1]["train_sha"]
     assert ranks[0]["val_loss"] == ranks[1]["val_loss"]  # the main process's metrics, read back by both

@@ -93,6 +93,17 @@ from lmstudy.text import NORMALISATION_VERSION, count_tokens, normalise_ptb
 SPLITS_DIR = Path(__file__).resolve().parent / "splits"
 PARTS = ("train", "valid", "test", "pretrain")
 FORMAT_VERSION = 2  # 2: near-duplicate clusters, IRC by log (1: exact duplicates only)
+
+
+def check_split_format(format: int) -> None:
+    """Refuse a run config that names another split format than the files this lmstudy reads: a run's config
+    carries the format its data came from, so that runs trained on format-1 splits (archived before the
+    near-duplicate rule) never read back as format-2 ones."""
+    if format != FORMAT_VERSION:
+        raise ValueError(f"a run on split format {format} cannot be trained by this lmstudy, whose split files are "
+                         f"format {FORMAT_VERSION}: its archived metrics stay readable (runs.list_runs)")
+
+
 # An evaluation or train part takes a cluster only if it is at most this fraction of the part's target:
 # a larger one (Wikipedia's templated stubs, thousands of documents) would overshoot it; it goes to pretrain.
 MAX_CLUSTER_FRACTION = 0.5

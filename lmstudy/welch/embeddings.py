@@ -30,6 +30,7 @@ from typing import Iterable, Iterator
 import numpy as np
 import torch
 
+from lmstudy.data.splits import FORMAT_VERSION, check_split_format
 from lmstudy.runs import cached, get_run
 from lmstudy.text import Vocab
 
@@ -50,8 +51,10 @@ class PretrainConfig:
     epochs: int = 5
     max_sentences: int = 0  # 0: the whole pretraining split; N: its first N sentences (smoke runs)
     seed: int = 0
+    splits: int = FORMAT_VERSION  # the pretraining part's split format (as EmbeddingInitConfig.splits)
 
     def __post_init__(self) -> None:
+        check_split_format(self.splits)
         if self.method not in METHODS:
             raise ValueError(f"PretrainConfig.method {self.method!r} is not one of {METHODS}")
 

@@ -64,7 +64,7 @@ from torch import nn
 from transformers import GPT2Config, GPT2Model
 
 from lmstudy.claims import ClaimRow, claims_table, spreads
-from lmstudy.data.splits import iter_split_sentences, load_split, split_tokens
+from lmstudy.data.splits import FORMAT_VERSION, iter_split_sentences, load_split, split_tokens
 from lmstudy.welch.embeddings import PretrainConfig, align_to_vocab, load_glove, pretrained_vectors
 from lmstudy.evaluation import stream_loss
 from lmstudy.lm_batches import LMTask
@@ -490,7 +490,7 @@ def run_transformer(config: TransformerConfig) -> dict:
         metrics["parameters"] = count_parameters(model)
         return {**metrics, **facts}
 
-    key = {"kind": "transformer", **asdict(config)}
+    key = {"kind": "transformer", **asdict(config), "splits": FORMAT_VERSION}  # as EmbeddingInitConfig.splits
     if not config.vector_std:
         del key["vector_std"]  # as-is vectors: the key the runs had before this option existed
     return cached(STUDY, key, train_and_test)
@@ -554,7 +554,7 @@ def run_ngram(domain: str, train_tokens: int, eval_tokens: int, order: int) -> d
                 for key in ("ppl", "tokens", "oov_tokens")}
 
     return cached(STUDY, {"kind": "ngram", "domain": domain, "train_tokens": train_tokens,
-                          "eval_tokens": eval_tokens, "order": order}, estimate)
+                          "eval_tokens": eval_tokens, "order": order, "splits": FORMAT_VERSION}, estimate)
 
 
 def table7(params: dict, best_hyperparameters: dict[str, dict] | None = None) -> pd.DataFrame:

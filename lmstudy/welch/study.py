@@ -33,7 +33,7 @@ from dataclasses import asdict, dataclass, fields, replace
 
 import torch
 
-from lmstudy.data.splits import get_domain
+from lmstudy.data.splits import FORMAT_VERSION, check_split_format, get_domain
 from lmstudy.welch.embeddings import PretrainConfig, align_to_vocab, coverage, load_glove, pretrained_vectors
 from lmstudy.welch.awd_lstm import AWDLSTM, AWDLSTMConfig, AWDLSTMTask, carried_state_loss
 from lmstudy.welch.embedding_config import EmbeddingConfig, apply_embedding_config
@@ -90,10 +90,16 @@ class EmbeddingInitConfig:
     vector_epochs: int = 5
     pretrain_sentences: int = 0  # 0 = the whole pretraining split
     seed: int = 0
+    # The split files' format the data came from (v2: near-duplicate clusters kept in one part). Part of the run's
+    # identity: Table 1's archived format-1 runs must not be read back as runs on the clean splits.
+    splits: int = FORMAT_VERSION
+
+    def __post_init__(self) -> None:
+        check_split_format(self.splits)
 
 
 # The run-config fields a notebook parameter sets for a whole grid (all but what names each run of it).
-RUN_FIELDS = {f.name for f in fields(EmbeddingInitConfig)} - {"embedding", "seed", "domain", "unk_cutoff"}
+RUN_FIELDS = {f.name for f in fields(EmbeddingInitConfig)} - {"embedding", "seed", "domain", "unk_cutoff", "splits"}
 
 
 def make_config(embedding: str | EmbeddingConfig, scale: str, setting: str = "Std", **overrides) -> EmbeddingInitConfig:
