@@ -297,6 +297,14 @@ def test_end_to_end_on_the_smoke_base(tmp_path, monkeypatch, fresh_base_cache):
     config = smoke_config(fractions=[0.1, 1.0], classes=["81M", "67M"], inits=["van_loan", "random"],
                           table6_factors=[1, 2], domains=[])
 
+    # The scratch arm first, as `lmstudy krony scratch` beside the study does: the study then reads it back.
+    from lmstudy.__main__ import main
+    from lmstudy.runs import get_run
+
+    assert main(["krony", "scratch", "--scale", "smoke", "-p", "compare_class", "81M"]) == 0
+    assert get_run(study.STUDY, study._scratch_identity(config)).done
+    assert main(["krony", "scratch", "--scale", "smoke", "-p", "no_such_key", "1"]) == 2
+
     grid = study.grid_table(config)
     assert grid["model"].tolist() == ["base"] + ["Krony"] * 4 + ["distilled", "scratch, equal data"]
     krony81 = grid[(grid["model"] == "Krony") & (grid["class"] == "81M")].iloc[0]
