@@ -120,7 +120,6 @@ PAPER_TABLE7 = pd.DataFrame([
     ("GPT-2 (774m)", None, None, 32.5, 33.7)], columns=["model", "word_dev", "word_test", "bpe_dev", "bpe_test"])
 
 
-
 def base_fields(params: dict, domain: str | None = None, unk_cutoff: int = 0) -> dict:
     """The ``EmbeddingInitConfig`` fields (all but embedding and seed) of the notebook ``params``."""
     return {"domain": domain or params["domain"], "unk_cutoff": unk_cutoff,
