@@ -128,6 +128,24 @@ def test_claims_1_to_4_are_checked_on_every_unked_dataset_with_the_seed_spread()
     assert f"ours 50.0 ± {pd.Series([40.0, 60.0]).std():.1f}" in claims["evidence"].iloc[-1]
 
 
+def test_split_shift_compares_the_datasets_and_configs_both_tables_have():
+    old = pd.concat([_synthetic_table({tables.STANDARD: 100.0, tables.PROPOSED: 80.0}, seed=seed,
+                                      **{"Std-news": {tables.STANDARD: 200.0 + 20 * seed}}) for seed in (0, 1)])
+    new = _synthetic_table({tables.STANDARD: 100.0}, {tables.PROPOSED: 50.0},
+                           **{"Std-news": {tables.STANDARD: 231.0, tables.PROPOSED: 1.0}})
+    shift = tables.split_shift(new, old).set_index(["config", "dataset"])
+    # only (standard, Std) and (standard, Std-news) are in both; Std-news v1 is the mean of 200 and 220
+    assert sorted(shift.index) == [(tables.STANDARD, "Std"), (tables.STANDARD, "Std-news")]
+    assert shift.loc[(tables.STANDARD, "Std-news"), "valid_ppl_v1"] == 210.0
+    assert shift.loc[(tables.STANDARD, "Std-news"), "valid_ppl_change_pct"] == pytest.approx(10.0)
+    assert shift.loc[(tables.STANDARD, "Std"), "test_ppl_change_pct"] == 0.0
+
+    verdicts = tables.claim_shift(tables.claims(new), tables.claims(old))
+    assert set(verdicts.columns) == {"claim", "dataset", "verdict_v1", "verdict_now", "changed"}
+    assert verdicts["changed"].tolist() == (verdicts["verdict_v1"] != verdicts["verdict_now"]).tolist()
+    assert len(verdicts) == len(tables.claims(old).merge(tables.claims(new), on=["claim", "dataset"]))
+
+
 def test_claims_not_run_when_configs_are_missing():
     table = _synthetic_table({tables.STANDARD: 100.0})
     claims = tables.claims(table)

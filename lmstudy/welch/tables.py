@@ -124,6 +124,28 @@ def mean_ppl(table: pd.DataFrame, column: str = "valid_ppl") -> pd.DataFrame:
     return table.groupby(["config", "dataset"])[column].mean().unstack("dataset")
 
 
+def split_shift(new: pd.DataFrame, old: pd.DataFrame) -> pd.DataFrame:
+    """How far Table 1 moved between two split formats (``old``: ``run_grid``'s table on the v1 splits, ``new``:
+    on the current ones). One row per configuration and dataset present in both: the validation and test
+    perplexity (mean over seeds) before and after, and the change in percent. The v1 splits let near-duplicates
+    of training documents into valid/test (``lmstudy.data.splits``), so a configuration that profits from
+    memorised text should lose most."""
+    keys = ["config", "dataset"]
+    means = [t.groupby(keys)[["valid_ppl", "test_ppl"]].mean() for t in (old, new)]
+    shift = means[0].join(means[1], lsuffix="_v1", rsuffix="_now", how="inner")
+    for column in ("valid_ppl", "test_ppl"):
+        shift[f"{column}_change_pct"] = 100 * (shift[f"{column}_now"] / shift[f"{column}_v1"] - 1)
+    return shift.reset_index()
+
+
+def claim_shift(new: pd.DataFrame, old: pd.DataFrame) -> pd.DataFrame:
+    """The verdicts of :func:`claims` on two tables side by side (``verdict_v1``, ``verdict_now``, ``changed``),
+    one row per claim and dataset checked in both."""
+    both = old[["claim", "dataset", "verdict"]].merge(new[["claim", "dataset", "verdict"]], on=["claim", "dataset"],
+                                                      suffixes=("_v1", "_now"))
+    return both.assign(changed=both["verdict_v1"] != both["verdict_now"])
+
+
 def section_figure(table: pd.DataFrame, title: str = "") -> plt.Figure:
     """Validation perplexity per configuration (mean over seeds, bars; seeds as dots), grouped by section,
     one panel per dataset."""
