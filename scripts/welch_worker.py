@@ -1,11 +1,11 @@
 """A second worker for notebook 01 (Welch et al.): trains the notebook's runs in the opposite order, in the same
 run cache, so that two one-thread processes share the grid. The notebook (started first) walks Table 1's grid and
 then the freezing trend; this worker walks the grid backwards and then the trend backwards, so that Table 1 (the
-short runs) is complete first. The run cache's lock
-(``lmstudy.runs.cached``) keeps the two from training one run twice; whichever reaches a run second reads it back.
+short runs) is complete first. The run cache's lock (``lmstudy.runs.cached``) keeps the two from training one run
+twice; whichever reaches a run second reads it back.
 
-    OMP_NUM_THREADS=1 python -m lmstudy study 01_embedding_init --scale cpu -p settings '[Std-news, Rare]' &
-    OMP_NUM_THREADS=1 PYTHONPATH=. python scripts/welch_worker.py --scale cpu --settings Std-news Rare
+    OMP_NUM_THREADS=1 python -m lmstudy study 01_embedding_init --scale cpu &
+    OMP_NUM_THREADS=1 PYTHONPATH=. python scripts/welch_worker.py --scale cpu
 
 The numbers come from the notebook alone (it reads every run back); this script only shares the training.
 """

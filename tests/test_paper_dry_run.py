@@ -156,7 +156,8 @@ def largest_model(runs: Path, since: float) -> int:
 
 # Over CI's budget: GPT-2 small's forward and backward passes (bf16) in 4 fine-tuning runs and a step-time
 # comparison (02, ~470 CPU seconds) and in two arms' training and evaluation (04, ~120) on the 2-core machine, where
-# the budget is 5 minutes for all six. ``make test`` leaves them out (marker ``paper_dry_run_by_hand``); run them with -m paper_dry_run.
+# the budget is 5 minutes for all six. ``make test`` leaves them out (marker ``paper_dry_run_by_hand``); run them
+# with -m paper_dry_run.
 BY_HAND = {"02_entity_transformer", "04_control_codes"}
 
 
