@@ -23,9 +23,11 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -115,7 +117,7 @@ def command(study: str, overrides: dict[str, str]) -> list[str]:
 
 
 @pytest.fixture(scope="module")
-def gpt2_small(tmp_path_factory) -> Path:
+def gpt2_small(tmp_path_factory) -> Iterator[Path]:
     """GPT-2 small's real config (124M) with random weights and GPT-2's BPE, saved as a Hugging Face folder."""
     from conftest import require_corpus
 
@@ -129,17 +131,22 @@ def gpt2_small(tmp_path_factory) -> Path:
     torch.manual_seed(0)
     GPT2LMHeadModel(GPT2Config()).save_pretrained(folder)
     gpt2_tokenizer().save_pretrained(folder)
-    return folder
+    yield folder
+    shutil.rmtree(folder, ignore_errors=True)  # 500 MB; pytest keeps its last three temporary folders
 
 
 @pytest.fixture(scope="module")
-def shared_runs(tmp_path_factory) -> Path:
+def shared_runs(tmp_path_factory) -> Iterator[Path]:
     """One run cache for all the dry runs, whose corpus caches are the suite's: the studies share their token
     caches, shingles and the base's training manifest as they do in a user's ``runs/`` (a fresh cache per study
     would re-read and re-normalise the same text; in CI the smoke tests have built them already)."""
     from conftest import runs_sharing_corpus_caches
 
-    return runs_sharing_corpus_caches(tmp_path_factory.mktemp("dry") / "runs")
+    runs = runs_sharing_corpus_caches(tmp_path_factory.mktemp("dry") / "runs")
+    yield runs
+    # Gigabytes of checkpoints of 100M-parameter models, in each of the three temporary folders pytest keeps: three
+    # local CI runs filled this machine's disk. Removed when the module ends (the ``cache`` link, not the cache).
+    shutil.rmtree(runs, ignore_errors=True)
 
 
 def largest_model(runs: Path, since: float) -> int:
