@@ -17,7 +17,7 @@ import argparse
 from lmstudy.scales import preset
 from lmstudy.welch.study import run
 from lmstudy.welch.tables import grid_configs
-from lmstudy.welch.trend import trend_configs
+from lmstudy.welch.trend import study_trend_configs
 
 
 def main() -> None:
@@ -28,7 +28,7 @@ def main() -> None:
     params = preset("01_embedding_init", args.scale)
     settings = args.settings or params["settings"]
     grid = grid_configs(**{**params, "settings": settings})
-    trend = trend_configs(params, params["trend_seeds"], params["trend_epoch_cap"], params["trend_stop_after"])
+    trend = study_trend_configs(params)
     configs = grid[::-1] + trend[::-1]
     for index, config in enumerate(configs, 1):
         print(f"[{index}/{len(configs)}] {config.embedding} {config.domain} K={config.unk_cutoff} seed {config.seed}",

@@ -8,7 +8,7 @@ import pandas as pd
 import pytest
 
 from lmstudy.welch.trend import (
-    TREND_CONFIGS, best_within, plot_trend_gaps, trend_claims, trend_configs, trend_gaps,
+    TREND_CONFIGS, best_within, study_trend_configs, plot_trend_gaps, trend_claims, trend_configs, trend_gaps,
 )
 
 
@@ -85,11 +85,20 @@ def test_the_trend_runs_end_to_end_on_real_text(tmp_path, monkeypatch):
         require_corpus(corpus)
     monkeypatch.setenv("LMSTUDY_RUNS", str(tmp_path / "runs"))
     p = preset("01_embedding_init", "smoke")  # its max_steps (24) bounds Table 1's runs, not the trend's
-    configs = trend_configs({**p, "train_tokens": p["trend_train_tokens"]}, p["trend_seeds"], p["trend_epoch_cap"],
-                            p["trend_stop_after"])
+    configs = study_trend_configs(p)
     table = trend_table(configs, p["trend_lengths"])
     assert len(table) == 8 * 2 and table["valid_ppl"].notna().all()
     wide = table.pivot_table(index=["config", "dataset"], columns="epochs", values="valid_ppl")
     assert (wide[3] <= wide[1]).all()
     assert set(trend_claims(table)["claim"]) == {"freezing the pretrained input beats training it",
                                                   "ours (untied, pretrained, frozen input) is the best of the four"}
+
+
+def test_study_trend_configs_train_on_the_trend_tokens_not_table_1s():
+    from lmstudy.scales import preset
+
+    p = preset("01_embedding_init", "cpu")
+    configs = study_trend_configs(p)
+    assert len(configs) == len(TREND_CONFIGS) * 2 * len(p["trend_seeds"])
+    assert {c.train_tokens for c in configs} == {p["trend_train_tokens"]} != {p["train_tokens"]}
+    assert {c.max_epochs for c in configs} == {p["trend_epoch_cap"]}

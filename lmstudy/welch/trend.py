@@ -59,6 +59,14 @@ def trend_configs(params: dict, seeds: list[int], epoch_cap: int, stop_after: in
             for setting in settings for name in TREND_CONFIGS.values() for seed in seeds]
 
 
+
+def study_trend_configs(params: dict) -> list[EmbeddingInitConfig]:
+    """The trend's runs as notebook 01 makes them from its parameters: :func:`trend_configs` with the
+    ``trend_seeds``, ``trend_epoch_cap`` and ``trend_stop_after`` keys, on the first ``trend_train_tokens`` training
+    tokens (instead of Table 1's ``train_tokens``). One place, so that a second worker trains the same runs."""
+    return trend_configs({**params, "train_tokens": params["trend_train_tokens"]}, params["trend_seeds"],
+                         params["trend_epoch_cap"], params["trend_stop_after"])
+
 def best_within(evaluations: list[dict], epochs: int) -> float:
     """The best validation perplexity among the evaluations made during the first ``epochs`` epochs (a log's
     ``epoch`` field counts from 0); NaN when there is none."""
@@ -123,4 +131,4 @@ def plot_trend_gaps(gaps: pd.DataFrame, column: str, title: str = ""):
 
 
 __all__ = ["OURS_TRAINABLE", "TREND_CONFIGS", "TREND_SETTINGS", "best_within", "plot_trend_gaps", "trend_claims",
-           "trend_configs", "trend_gaps", "trend_table"]
+           "study_trend_configs", "trend_configs", "trend_gaps", "trend_table"]
