@@ -9,6 +9,7 @@ import math
 import pandas as pd
 import pytest
 import torch
+from safetensors.torch import load_model
 from transformers import GPT2Config, GPT2LMHeadModel
 
 from lmstudy.base import StudyBase
@@ -19,6 +20,8 @@ from lmstudy.entity.study import (
     ABLATIONS, MODELS, VARIANTS, EntityStudyConfig, ablation_table, claims, compare_step_times, initial_model,
     step_time_table, train_config, trend_gaps, without_entities,
 )
+from lmstudy.runs import get_run
+from lmstudy.training import kept_checkpoint
 
 
 def _base() -> GPT2LMHeadModel:
@@ -240,10 +243,18 @@ def test_pipeline_end_to_end_on_corpus_slices(tmp_path, monkeypatch):
     assert ((runs["lambada_acc"] >= 0) & (runs["lambada_acc"] <= 1)).all()
     trend = study.trend_table(config)
     assert len(trend) == 12 and sorted(set(trend["step"])) == [1, 2, 4] and set(trend["tokens"]) == {64, 128, 256}
-    # where the best weights are the last budget's, both evaluations score the same weights
-    last = trend[trend["step"] == 4].set_index(["model", "seed"])["test_ppl"]
-    for row in runs[runs["best_step"] == 4].itertuples():
-        assert last[(row.model, row.seed)] == pytest.approx(row.test_ppl, rel=1e-9)
+    # the budget at the best step reuses the best weights' scores: the kept checkpoint there scores the same
+    base, docs = study.load_base(config), study.study_documents(config, study.load_base(config).tokenizer)
+    best = runs[runs["best_step"].isin(config.budgets)]
+    assert len(best) > 0
+    for row in best.itertuples():
+        budget = trend[(trend["model"] == row.model) & (trend["seed"] == row.seed) & (trend["step"] == row.best_step)]
+        assert budget["test_ppl"].item() == row.test_ppl
+        checkpoint = study.initial_model(base.model, row.model, row.seed)
+        run = get_run(study.STUDY, study._finetune_config(config, row.model, row.seed))
+        load_model(checkpoint, str(kept_checkpoint(run, int(row.best_step)) / "model.safetensors"))
+        rescored = study.coref_test_scores(checkpoint, docs["test"], config, base.tokenizer.eos_token_id)
+        assert rescored["test_ppl"] == pytest.approx(row.test_ppl, rel=1e-6)
     curves = study.loss_curves(config)
     assert set(curves["split"]) == {"training", "validation"} and set(curves["model"]) == set(MODELS)
     ablations = study.ablation_runs(config)

@@ -276,6 +276,9 @@ def train_config(config: EntityStudyConfig, seed: int) -> TrainConfig:
     )
 
 
+COREF_SCORES = ("test_loss", "test_ppl", "test_loss_no_entities", "test_ppl_no_entities")  # coref_test_scores' keys
+
+
 def coref_test_scores(model: GPT2E, docs: list[EntityDocument], config: EntityStudyConfig, pad_id: int) -> dict:
     """``test_loss`` / ``test_ppl`` of ``docs`` with their entities; for entity models also with every entity
     id null (``test_loss_no_entities`` / ``test_ppl_no_entities``)."""
@@ -310,11 +313,12 @@ def finetune_run(config: EntityStudyConfig, name: str, seed: int) -> dict:
         metrics = train_and_restore(model, task, train_config(config, seed), run, evaluate=evaluate)
         budgets = []
         for step in config.budgets:
-            checkpoint = initial_model(base.model, name, seed)
-            load_model(checkpoint, str(kept_checkpoint(run, step) / "model.safetensors"))
-            checkpoint.to(next(model.parameters()).device)  # where training ran (paper scale: a GPU)
-            budgets.append({"step": step, "tokens": step * config.tokens_per_step,
-                            **coref_test_scores(checkpoint, docs["test"], config, pad_id)})
+            if step == metrics.get("best_step"):  # the best weights are this checkpoint's, scored just above
+                scores = {key: metrics[key] for key in COREF_SCORES if key in metrics}
+            else:  # the budget's weights into the same model (on the device training used): no new 124M model
+                load_model(model, str(kept_checkpoint(run, step) / "model.safetensors"))
+                scores = coref_test_scores(model, docs["test"], config, pad_id)
+            budgets.append({"step": step, "tokens": step * config.tokens_per_step, **scores})
         log = read_log_records(run.log_path)
         return {**metrics, "budgets": budgets,
                 "train_seconds": max((r["train_s"] for r in log if r.get("kind") == "train"), default=0.0),
