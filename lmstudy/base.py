@@ -375,11 +375,13 @@ def _model(size) -> BaseModelConfig:
 def final_config(scale: str, model: BaseModelConfig | None = None, **overrides) -> BaseConfig:
     """The final run of ``scale``: the preset's model (or ``model``), trained for the preset's compute.
 
-    ``overrides`` change preset keys; ``data`` and ``model`` (dicts) are merged key by key into the preset's."""
+    ``overrides`` change preset keys; ``data`` and ``model`` (dicts) are merged key by key into the preset's;
+    ``eval_every_fraction`` (how often validation runs; no preset sets it) is passed on to the config."""
     from lmstudy.scales import preset
 
     if isinstance(model, dict):  # ``model=`` given as a preset-style override, not a BaseModelConfig
         overrides["model"], model = model, None
+    recipe = {key: overrides.pop(key) for key in ("eval_every_fraction",) if key in overrides}
     params = preset(STUDY, scale)
     unknown = set(overrides) - set(params)
     if unknown:
@@ -390,7 +392,7 @@ def final_config(scale: str, model: BaseModelConfig | None = None, **overrides) 
     model = model or _model(params["model"])
     tokens = params["compute"] / flops_per_token(model, data.vocab_size)
     return BaseConfig(data=data, model=model, train_tokens=int(tokens), batch_size=params["batch_size"],
-                      lr=params["lr"], compile=params["compile"])
+                      lr=params["lr"], compile=params["compile"], **recipe)
 
 
 def sweep_configs(scale: str) -> list[BaseConfig]:

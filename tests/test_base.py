@@ -158,5 +158,8 @@ def test_final_config_overrides_merge_into_the_preset():
     config = base.final_config("paper", model={"seq_len": 128}, data={"data_fraction": 0.01}, batch_size=2)
     assert (config.model.n_layer, config.model.n_embd, config.model.seq_len) == (12, 768, 128)
     assert config.data.data_fraction == 0.01 and config.data.vocab_size == 50257 and config.batch_size == 2
+    assert config.train_config().eval_every == round(0.05 * config.max_steps)  # the default: 20 validations
+    once = base.final_config("paper", batch_size=2, eval_every_fraction=1.0)  # validation after the last step only
+    assert once.train_config().eval_every == once.max_steps > 1
     with pytest.raises(KeyError, match="unknown base preset key"):
         base.final_config("paper", steps=3)

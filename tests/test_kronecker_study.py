@@ -52,6 +52,13 @@ def test_matched_dense_inner_is_the_closest_size():
     per_unit = config.n_layer * (2 * config.n_embd + 1)  # one MLP hidden unit per block: two weights + a bias
     assert abs(size - target) <= per_unit / 2 and inner < 4 * config.n_embd
     assert class_width(config, "81M") == inner  # the 81M class is A = (d, d)
+    # the same as scanning every size (below, inside and above the range; ties go to the smaller size)
+    def scan(target: int) -> int:
+        return min(range(1, 4 * config.n_embd + 1), key=lambda inner: abs(
+            gpt2_parameter_count(GPT2Config(**{**config.to_dict(), "n_inner": inner})) - target))
+    low = gpt2_parameter_count(GPT2Config(**{**config.to_dict(), "n_inner": 1}))
+    for target in (0, low, low + per_unit // 2, low + per_unit // 2 + 1, target, target + 7, 10 ** 9):
+        assert matched_dense_inner(config, target) == scan(target), target
 
 
 def test_narrowed_student_keeps_the_largest_units_and_has_the_matched_count():

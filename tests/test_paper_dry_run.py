@@ -69,7 +69,8 @@ DRY_RUNS: dict[str, tuple[dict[str, str], list[str]]] = {
         "ner_corpus": "gum",  # the NER probe on GUM's 10 types (the other corpus the study offers): its three
         # documents are a third of LitBank's in sub-tokens, and reading them through both models was a quarter
         # of this dry run's time
-        "batch_size": "1",  # time: a step of 8 x 512 positions of GPT-2 small is ~3 TFLOP, ~40 s
+        "batch_size": "1", "seq_len": "128",  # time: a step of 8 x 512 positions of GPT-2 small is ~3 TFLOP,
+        # ~40 s; 1 x 128 is 1/32 of it (the six fine-tuning runs' steps and the step-time comparison's 12)
         "mixed_precision": "{mixed_precision}",
     }, ["gum", "litbank", "lambada", "gpt2_bpe"]),
     "03_kronecker": ({
@@ -79,9 +80,11 @@ DRY_RUNS: dict[str, tuple[dict[str, str], list[str]]] = {
         "domain_documents": "1", "eval_batch_size": "2",
         # The shared base at GPT-2 small's dims (12 x 768, context and vocabulary of the paper preset's data
         # pipeline), trained for 3 steps on a sliver of its text; batch 2 x 256 for time; no torch.compile (a
-        # minute of compiling on the CPU for 3 steps).
+        # minute of compiling on the CPU for 3 steps); validation once, after the last step, not after each (it
+        # was two thirds of the base's and the scratch arm's pretraining time).
         "base_overrides": "{data: {tokenizer_sample: 1.0, data_fraction: 0.002, valid_tokens_per_domain: 600}, "
-                          "model: {seq_len: 256}, batch_size: 2, compute: 1.0e+12, compile: false}",
+                          "model: {seq_len: 256}, batch_size: 2, compute: 1.0e+12, compile: false, "
+                          "eval_every_fraction: 1.0}",
     }, ["wikipedia", "litbank", "reddit", "imdb", "reuters21578", "bbc_news", "irc", "wikitext-2-raw", "lambada"]),
     "04_control_codes": ({
         "init_from": "{gpt2}", "codes": "[Wikipedia, Books, Reviews]", "train_docs": "5", "eval_docs": "1",

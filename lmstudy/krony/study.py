@@ -146,10 +146,19 @@ def max_factors(name: str, n_embd: int) -> int:
 
 
 def matched_dense_inner(model_config: GPT2Config, target_parameters: int) -> int:
-    """The MLP hidden size whose dense GPT-2 has the parameter count closest to ``target_parameters``."""
+    """The MLP hidden size whose dense GPT-2 has the parameter count closest to ``target_parameters`` (the
+    smaller one on a tie), among 1 .. 4 x n_embd.
+
+    The count is linear in the hidden size (each block's c_fc and c_proj), so two counts give the line and only
+    the sizes beside its solution are compared (a scan of all 3,072 of GPT-2 small built 3,072 configs: a tenth
+    of the paper dry run's time)."""
     def size(inner: int) -> int:
         return gpt2_parameter_count(GPT2Config(**{**model_config.to_dict(), "n_inner": inner}))
-    return min(range(1, 4 * model_config.n_embd + 1), key=lambda inner: abs(size(inner) - target_parameters))
+    first, per_unit = size(1), size(2) - size(1)
+    solution = 1 + (target_parameters - first) // per_unit
+    candidates = [inner for inner in (solution, solution + 1) if 1 <= inner <= 4 * model_config.n_embd]
+    candidates = candidates or [1 if solution < 1 else 4 * model_config.n_embd]
+    return min(candidates, key=lambda inner: abs(first + (inner - 1) * per_unit - target_parameters))
 
 
 def class_width(model_config: GPT2Config, size_class: str) -> int:
