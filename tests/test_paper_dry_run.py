@@ -50,14 +50,18 @@ DRY_RUNS: dict[str, tuple[dict[str, str], list[str]]] = {
         # the freezing trend: its 8 runs (4 configurations x Std-news, Rare) for one epoch of 3,000 tokens
         "trend_seeds": "[0]", "trend_train_tokens": "3000", "trend_epoch_cap": "1", "trend_stop_after": "1",
         "trend_lengths": "[1]",
+        # time: the paper's test batch of 1 runs the 3 x 1150 LSTM one position at a time over the test tokens
+        # (awd-lstm-lm's exact protocol), a third of this dry run's time in its 10 runs; 10 rows at once here
+        "test_batch_size": "10",
     }, ["ptb", "reuters21578", "bbc_news"]),
     "01b_embedding_init_extended": ({
         "configs": "pair", "seeds": "[0]", "domains": "[news]", "unk_cutoffs": "[0]",
         "vector_sources": "[news]", "train_multiples": "[1]", "search_trials": "1", "max_epochs": "1",
         "max_steps": "2", "train_tokens": "3000", "eval_tokens": "1000", "vector_epochs": "1",
         "pretrain_sentences": "1000",
-        # the word-level GPT-2 keeps 12 x 400; batch 4 for time (as 00)
-        "transformer": "{n_layer: 12, n_head: 8, n_embd: 400, seq_len: 256, batch_size: 4, max_steps: 2, "
+        "test_batch_size": "10",  # time (as 01)
+        # the word-level GPT-2 keeps 12 x 400; batch 4 x 128 for time (as 00; its runs were half this dry run)
+        "transformer": "{n_layer: 12, n_head: 8, n_embd: 400, seq_len: 128, batch_size: 4, max_steps: 2, "
                        "eval_every: 2, lr: 3.0e-4}",
     }, ["reuters21578", "bbc_news", "kenlm"]),
     "02_entity_transformer": ({
@@ -89,10 +93,10 @@ DRY_RUNS: dict[str, tuple[dict[str, str], list[str]]] = {
     "04_control_codes": ({
         "init_from": "{gpt2}", "codes": "[Wikipedia, Books, Reviews]", "train_docs": "5", "eval_docs": "1",
         "max_steps": "2", "eval_every": "2", "warmup_steps": "1", "generation_tokens": "2", "generation_seeds": "[0]",
-        # a few evaluation windows: documents cut to 1,000 characters (~250 tokens, one window per code; a whole
-        # book chunk or article is 5-15 windows, and scoring them was three quarters of this dry run's time)
-        "max_doc_chars": "1000",
-        "batch_size": "2",  # time (as 02)
+        # a few evaluation windows: documents cut to 500 characters (~125 tokens, one window per code; a whole
+        # book chunk or article is 10-30 windows, and scoring them was three quarters of this dry run's time)
+        "max_doc_chars": "500",
+        "batch_size": "2", "seq_len": "128",  # time (as 02)
         "mixed_precision": "{mixed_precision}",
     }, ["wikipedia", "litbank", "imdb", "gpt2_bpe"]),
 }
