@@ -5,6 +5,7 @@ GPT-2 given by path (the ``init_from`` route)."""
 from __future__ import annotations
 
 import math
+from types import SimpleNamespace
 
 import pandas as pd
 import pytest
@@ -54,6 +55,19 @@ def test_without_entities_keeps_tokens():
     doc = EntityDocument("d", [0, 4, 5], [0, 2, 2], [-1, 0, 1])
     (plain,) = without_entities([doc])
     assert plain.input_ids == doc.input_ids and plain.entity_ids == [0, 0, 0] and doc.entity_ids == [0, 2, 2]
+
+
+def test_max_doc_tokens_cuts_every_document_and_enters_the_runs_identity_only_when_set(monkeypatch):
+    docs = [EntityDocument("d", list(range(10)), [0, 1] * 5, list(range(10)))]
+    monkeypatch.setattr(study, "encoded_split", lambda corpus, split, limit, tokenizer: docs)
+    cut = study.study_documents(EntityStudyConfig(corpora=["gum"], max_doc_tokens=4), tokenizer=None)
+    for split in ("train", "valid", "test"):
+        assert [(d.input_ids, d.entity_ids, d.word_index) for d in cut[split]] == [([0, 1, 2, 3], [0, 1, 0, 1],
+                                                                                     [0, 1, 2, 3])]
+    assert study.study_documents(EntityStudyConfig(corpora=["gum"]), tokenizer=None)["test"] == docs
+    monkeypatch.setattr(study, "load_base", lambda config: SimpleNamespace(identity="base"))
+    assert "max_doc_tokens" not in EntityStudyConfig().finetune_identity()  # the runs cached before it existed
+    assert EntityStudyConfig(max_doc_tokens=4).finetune_identity()["max_doc_tokens"] == 4
 
 
 def test_recipe_keeps_the_budgets_checkpoints_at_a_constant_learning_rate():

@@ -130,6 +130,7 @@ class EntityStudyConfig:
     corpora: list = field(default_factory=lambda: ["gum", "litbank"])
     train_docs: int = 0
     eval_docs: int = 0
+    max_doc_tokens: int = 0  # every fine-tuning document cut to its first N sub-tokens (0 = whole; a dry run's)
     # fine-tuning (identical for every model): warm-up then a constant learning rate (module docstring, 4)
     seq_len: int = 64
     batch_size: int = 4
@@ -173,7 +174,9 @@ class EntityStudyConfig:
         """What sets the fine-tuning (part of every run's identity): the base's weights and the recipe."""
         keys = ("corpora", "train_docs", "eval_docs", "seq_len", "batch_size", "budgets", "lr", "warmup_steps",
                 "eval_every", "mixed_precision")
-        return {"base": load_base(self).identity, **{key: getattr(self, key) for key in keys}}
+        cut = {"max_doc_tokens": self.max_doc_tokens} if self.max_doc_tokens else {}  # whole documents: the
+        # identity runs had before the option existed, so they stay cached
+        return {"base": load_base(self).identity, **{key: getattr(self, key) for key in keys}, **cut}
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -236,9 +239,13 @@ def encoded_split(corpus: str, split: str, limit: int, tokenizer) -> list[Entity
 
 
 def study_documents(config: EntityStudyConfig, tokenizer) -> dict[str, list[EntityDocument]]:
-    """Fine-tuning documents per split: every corpus of ``config.corpora``, concatenated."""
+    """Fine-tuning documents per split: every corpus of ``config.corpora``, concatenated; each cut to its first
+    ``config.max_doc_tokens`` sub-tokens when that is set."""
     limits = {"train": config.train_docs, "valid": config.eval_docs, "test": config.eval_docs}
-    return {split: [doc for corpus in config.corpora for doc in encoded_split(corpus, split, limit, tokenizer)]
+    cut = slice(config.max_doc_tokens or None)
+    return {split: [dataclasses.replace(doc, input_ids=doc.input_ids[cut], entity_ids=doc.entity_ids[cut],
+                                        word_index=doc.word_index[cut])
+                    for corpus in config.corpora for doc in encoded_split(corpus, split, limit, tokenizer)]
             for split, limit in limits.items()}
 
 
