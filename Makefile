@@ -28,7 +28,7 @@ demo: setup
 
 test: setup
 	scripts/install_kenlm.sh $(PY)
-	$(PY) -m pytest -q --durations=25 --nbval-lax --nbval-current-env tests notebooks
+	$(PY) -m pytest -q --durations=25 -m "not paper_dry_run_by_hand" --nbval-lax --nbval-current-env tests notebooks
 
 lab: setup
 	$(PY) -m ipykernel install --sys-prefix --name lmstudy --display-name "Python (lmstudy)"

@@ -14,7 +14,8 @@ about a minute, so the batches are cut for time, never the width or depth of a m
 
 Each test prints one markdown row (study, model size, wall seconds, CPU seconds and peak memory of the study's
 process tree): the README's "Scaling up" table is ``pytest -s -m paper_dry_run tests/test_paper_dry_run.py``
-output. Marked ``paper_dry_run``; ``make test`` (CI) runs all six.
+output. Marked ``paper_dry_run``; ``make test`` (CI) runs five of them and leaves out 02 (:data:`BY_HAND`, marker
+``paper_dry_run_by_hand``), which would take CI past its 20 minutes (issue 24 stays open for it).
 """
 
 from __future__ import annotations
@@ -45,8 +46,9 @@ DRY_RUNS: dict[str, tuple[dict[str, str], list[str]]] = {
         "configs": "standard_vs_ours", "seeds": "[0]", "settings": "[Std]", "section3_seeds": "[]",
         "max_epochs": "1", "max_steps": "2", "train_tokens": "3000", "eval_tokens": "1000", "vector_epochs": "1",
         "pretrain_sentences": "1000",
-        # the freezing trend: its 8 runs (4 configurations x Std-news, Rare) for one epoch of 3,000 tokens
-        "trend_seeds": "[0]", "trend_train_tokens": "3000", "trend_epoch_cap": "1", "trend_stop_after": "1",
+        # the freezing trend: its 8 runs (4 configurations x Std-news, Rare) for one epoch of 1,500 tokens (one
+        # step of 20 x 70: training was three quarters of this dry run, the trend's 8 runs two thirds)
+        "trend_seeds": "[0]", "trend_train_tokens": "1500", "trend_epoch_cap": "1", "trend_stop_after": "1",
         "trend_lengths": "[1]",
         # time: the paper's test batch of 1 runs the 3 x 1150 LSTM one position at a time over the test tokens
         # (awd-lstm-lm's exact protocol), a third of this dry run's time in its 10 runs; 10 rows at once here
@@ -168,8 +170,15 @@ def largest_model(runs: Path, since: float) -> int:
     return max(counts, default=0)
 
 
+# Over CI's 20 minutes: 02 fine-tunes GPT-2 small (a 152M GPT2E and a 124M GPT2) six times and reads documents
+# through both for its probes (about 150 s of a quiet CI run on top of the five others' ~390). ``make test`` leaves it
+# out (marker ``paper_dry_run_by_hand``); run it with -m paper_dry_run.
+BY_HAND = {"02_entity_transformer"}
+
+
 @pytest.mark.paper_dry_run
-@pytest.mark.parametrize("study", list(DRY_RUNS))
+@pytest.mark.parametrize("study", [pytest.param(study, marks=pytest.mark.paper_dry_run_by_hand) if study in BY_HAND
+                                   else study for study in DRY_RUNS])
 def test_paper_preset_dry_run(study, shared_runs, tmp_path, request):
     from conftest import require_corpus, require_kenlm
 
