@@ -40,7 +40,8 @@ The task contract (subclass ``TrainTask``):
 Decisions:
 
 - A *step* is one optimizer update on one batch. ``eval_every``/``checkpoint_every``/``log_every``
-  count steps; early-stopping patience counts evaluations. Training ends at ``max_steps`` or
+  count steps; early-stopping patience counts evaluations (those the task's ``patience_counts()`` lets
+  count: AWD-LSTM's only once NT-ASGD has switched). Training ends at ``max_steps`` or
   after ``max_epochs`` passes over ``batches``, whichever comes first, or when early stopping
   fires. A final evaluation and a final checkpoint are always made.
 - The learning-rate schedule is a function of the step (``lr_multiplier``) applied to each param
@@ -216,6 +217,11 @@ class TrainTask:
 
     def eval_weights(self, model) -> contextlib.AbstractContextManager:
         return contextlib.nullcontext()
+
+    def patience_counts(self) -> bool:
+        """Whether an evaluation without improvement counts towards early stopping now (a task in a phase that
+        must run its course first says no)."""
+        return True
 
     def batch_lr(self, lr: float, batch) -> float:
         """The learning rate of the step on ``batch`` (the whole batch) given the scheduled ``lr``."""
@@ -673,7 +679,7 @@ def train(model: torch.nn.Module, task: TrainTask, config: TrainConfig, run: Run
             state.evals_since_best = 0
             if main:
                 _save_best(run, unwrapped, state, name)
-        else:
+        elif task.patience_counts():
             state.evals_since_best += 1
             patience = config.early_stopping_patience
             # The final evaluation (periodic=False) only tracks the best; training is over anyway.

@@ -349,3 +349,15 @@ def test_interrupted_training_resumes_exactly_through_the_switch():
 
     assert without_time(read_log_records(get_run("resumed", {"test": 2}).log_path)) == \
         without_time(read_log_records(get_run("reference", {"test": 2}).log_path))
+
+
+def test_early_stopping_patience_counts_only_after_nt_asgd_switched():
+    task = AWDLSTMTask(stream(600, 0), stream(200, 1), batch_size=4, bptt=10, eval_batch_size=2)
+    parameters = [torch.nn.Parameter(torch.zeros(2))]
+    task.optimizer = torch.optim.SGD(parameters, lr=1.0)
+    assert not task.patience_counts()  # validation that stops improving now switches to ASGD, it does not stop
+    task.optimizer = torch.optim.ASGD(parameters, lr=1.0, t0=0, lambd=0.0)
+    assert task.patience_counts()
+    plain = AWDLSTMTask(stream(600, 0), stream(200, 1), batch_size=4, bptt=10, eval_batch_size=2, asgd=False)
+    plain.optimizer = torch.optim.SGD(parameters, lr=1.0)
+    assert plain.patience_counts()

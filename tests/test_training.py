@@ -249,6 +249,27 @@ def test_early_stopping_stops_and_keeps_the_best_weights():
         train(nn.Linear(3, 1), task, TrainConfig(max_steps=100, eval_every=5, lr=0.02), run)
 
 
+class PhasedValidationTask(ScriptedValidationTask):
+    """Evaluations without improvement count for early stopping only from the ``counts_from``-th evaluation on (as
+    an AWD-LSTM's count only once NT-ASGD has switched)."""
+
+    def __init__(self, val_losses: list[float], counts_from: int):
+        super().__init__(val_losses)
+        self.counts_from = counts_from
+
+    def patience_counts(self) -> bool:
+        return len(self.snapshots) >= self.counts_from
+
+
+def test_early_stopping_counts_only_the_evaluations_the_task_lets_count():
+    losses = [3.0, 2.0, 2.5, 2.6, 2.7, 2.8, 2.9, 3.0]
+    config = TrainConfig(max_steps=100, eval_every=5, early_stopping_patience=2, lr=0.01)
+    metrics = train(nn.Linear(3, 1), PhasedValidationTask(losses, counts_from=5), config,
+                    get_run("phased", {"train": config}))
+    # evals 3 and 4 (steps 15, 20) do not count; 5 and 6 (steps 25, 30) do: stopped at 30, not at 20
+    assert metrics["stopped_early"] is True and metrics["steps"] == 30 and metrics["best_step"] == 10
+
+
 def test_train_and_restore_leaves_the_best_weights_and_merges_their_evaluation():
     task = ScriptedValidationTask([3.0, 2.0, 2.5])
     config = TrainConfig(max_steps=15, eval_every=5, lr=0.01)

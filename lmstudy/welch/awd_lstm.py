@@ -308,6 +308,13 @@ class AWDLSTMTask(TrainTask):
         return {"val_loss": loss, "val_ppl": math.exp(loss),
                 "averaged": float(isinstance(self.optimizer, torch.optim.ASGD))}
 
+    def patience_counts(self) -> bool:
+        """Early stopping counts only evaluations made after NT-ASGD switched (or without NT-ASGD): before it,
+        validation that stops improving is what triggers the switch, and awd-lstm-lm trains on from there. (Counted
+        from the start, patience fired at the same evaluation as the switch in 3 of the first 11 runs of the
+        freezing trend: runs of 3-6 epochs beside same-configuration runs of 40.)"""
+        return not self.asgd or isinstance(self.optimizer, torch.optim.ASGD)
+
     def on_eval(self, state, metrics, optimizer):
         """NT-ASGD: switch SGD -> ASGD once validation is worse than the best before the last ``nonmono``
         evaluations (awd-lstm-lm's test, on the loop's checkpointed history)."""
