@@ -9,7 +9,8 @@ The paper's claims about freezing are about models trained to convergence (hundr
 - ours with the input trainable, ``untied/in=pretrained,trainable/out=pretrained,trainable``.
 
 Each runs once per data setting (Std-news, Rare) and seed, as long as validation keeps improving (NT-ASGD, early
-stopping after ``stop_after`` evaluations without improvement) up to a stated cap of epochs. The trend's shorter
+stopping after ``stop_after`` evaluations without improvement once NT-ASGD has switched) up to a stated cap of
+epochs. The trend's shorter
 lengths are read from the same run: **the best validation perplexity among the evaluations of its first N
 epochs**. That is exactly what a run capped at N epochs reports: NT-ASGD has no schedule (its switch to averaging
 depends only on the validation history so far), the batches of a seed are the same, so a shorter run is a prefix
