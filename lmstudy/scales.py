@@ -158,7 +158,7 @@ PRESETS: dict[str, dict[str, dict]] = {
             batch_size=4, budgets=[2, 4, 8], lr=1e-3, warmup_steps=2, eval_every=4, seeds=[0, 1],
             ablation_seeds=[0, 1], mixed_precision="no", lambada_examples=20, timing_steps=4, similarity_docs=2,
             tsne_entities=5, ner_corpus="litbank", ner_train_docs=2, ner_eval_docs=1, ner_hidden=16, ner_epochs=2,
-            ner_lr=0.01, ner_batch_size=32,
+            ner_lr=0.01, ner_batch_size=32, max_doc_tokens=0,
         ),
         # The published run: the cpu shared base (3x192, context 256, 8k BPE), every GUM + LitBank document (445k
         # training sub-tokens, 62k dev, 64k test with the base's BPE), batch 8 x 256 (239 steps a pass over the
@@ -169,7 +169,7 @@ PRESETS: dict[str, dict[str, dict]] = {
             batch_size=8, budgets=[60, 240, 960], lr=5e-4, warmup_steps=30, eval_every=60, seeds=[0, 1, 2],
             ablation_seeds=[0, 1, 2], mixed_precision="no", lambada_examples=1500, timing_steps=20,
             similarity_docs=0, tsne_entities=10, ner_corpus="litbank", ner_train_docs=0, ner_eval_docs=0,
-            ner_hidden=64, ner_epochs=4, ner_lr=0.001, ner_batch_size=32,
+            ner_hidden=64, ner_epochs=4, ner_lr=0.001, ner_batch_size=32, max_doc_tokens=0,
         ),
         # GPT-2 small from real weights on a GPU, the paper's learning rate; all documents and LAMBADA passages.
         # Batch 8 x 512 GPT-2 sub-tokens (~120 steps a pass); budgets 125, 500 and 2,000 steps (1, 4 and 16
@@ -179,7 +179,7 @@ PRESETS: dict[str, dict[str, dict]] = {
             seq_len=512, batch_size=8, budgets=[125, 500, 2000], lr=2e-5, warmup_steps=100, eval_every=125,
             seeds=[0, 1, 2], ablation_seeds=[0, 1, 2], mixed_precision="bf16", lambada_examples=0, timing_steps=50,
             similarity_docs=0, tsne_entities=10, ner_corpus="litbank", ner_train_docs=0, ner_eval_docs=0,
-            ner_hidden=512, ner_epochs=20, ner_lr=1e-4, ner_batch_size=32,
+            ner_hidden=512, ner_epochs=20, ner_lr=1e-4, ner_batch_size=32, max_doc_tokens=0,
         ),
     },
     # Welch et al. 2020, Section 3 + appendix (lmstudy.welch.extended, lmstudy.welch.hpsearch, lmstudy.welch.ngram):

@@ -38,9 +38,13 @@ base._write_data = counted_write_data
 config = base.final_config("smoke")
 metrics = base.train_base(config)
 train_bin = base.prepare_data(config.data).path / "train.bin"
-print(json.dumps({"rank": int(os.environ.get("RANK", "0")), "processes": process_state().num_processes,
-                  "writes": writes, "train_sha": hashlib.sha256(train_bin.read_bytes()).hexdigest(),
-                  "val_loss": metrics["val_loss"]}), flush=True)
+line = json.dumps({"rank": int(os.environ.get("RANK", "0")), "processes": process_state().num_processes,
+                   "writes": writes, "train_sha": hashlib.sha256(train_bin.read_bytes()).hexdigest(),
+                   "val_loss": metrics["val_loss"]})
+# One write of the line and its newline (print writes them apart, unbuffered under the launcher): the two processes'
+# lines once came out as one line. A write this short to a pipe is atomic.
+sys.stdout.flush()
+os.write(sys.stdout.fileno(), (line + "\n").encode())
 leave_process_group()
 sys.stdout.flush()
 os._exit(0)  # as tests/train_multi.py: skip the teardown where torch.distributed's threads can abort
