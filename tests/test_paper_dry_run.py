@@ -171,8 +171,9 @@ def largest_model(runs: Path, since: float) -> int:
 
 
 # Over CI's 20 minutes: 02 fine-tunes GPT-2 small (a 152M GPT2E and a 124M GPT2) six times and reads documents
-# through both for its probes (about 150 s of a quiet CI run on top of the five others' ~390). ``make test`` leaves it
-# out (marker ``paper_dry_run_by_hand``); run it with -m paper_dry_run.
+# through both for its probes: 232 CPU seconds, an estimated 150-210 s of a quiet CI run on top of the five others'
+# 378 s and the rest's ~10 minutes. ``make test`` leaves it out (marker ``paper_dry_run_by_hand``); run it with
+# -m paper_dry_run.
 BY_HAND = {"02_entity_transformer"}
 
 
