@@ -8,7 +8,7 @@ import pandas as pd
 import pytest
 
 from lmstudy.welch.trend import (
-    TREND_CONFIGS, best_within, study_trend_configs, plot_trend_gaps, trend_claims, trend_configs, trend_gaps,
+    TREND_CONFIGS, best_within, plot_trend_gaps, study_trend_configs, trend_claims, trend_configs, trend_gaps,
 )
 
 

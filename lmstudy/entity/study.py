@@ -174,8 +174,9 @@ class EntityStudyConfig:
         """What sets the fine-tuning (part of every run's identity): the base's weights and the recipe."""
         keys = ("corpora", "train_docs", "eval_docs", "seq_len", "batch_size", "budgets", "lr", "warmup_steps",
                 "eval_every", "mixed_precision")
-        cut = {"max_doc_tokens": self.max_doc_tokens} if self.max_doc_tokens else {}  # whole documents: the
-        # identity runs had before the option existed, so they stay cached
+        # max_doc_tokens only when set: with whole documents the identity is the one runs had before the option
+        # existed, so they stay cached
+        cut = {"max_doc_tokens": self.max_doc_tokens} if self.max_doc_tokens else {}
         return {"base": load_base(self).identity, **{key: getattr(self, key) for key in keys}, **cut}
 
 

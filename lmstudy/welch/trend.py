@@ -10,11 +10,10 @@ The paper's claims about freezing are about models trained to convergence (hundr
 
 Each runs once per data setting (Std-news, Rare) and seed, as long as validation keeps improving (NT-ASGD, early
 stopping after ``stop_after`` evaluations without improvement once NT-ASGD has switched) up to a stated cap of
-epochs. The trend's shorter
-lengths are read from the same run: **the best validation perplexity among the evaluations of its first N
-epochs**. That is exactly what a run capped at N epochs reports: NT-ASGD has no schedule (its switch to averaging
-depends only on the validation history so far), the batches of a seed are the same, so a shorter run is a prefix
-of the longer one. One run per configuration instead of one per length.
+epochs. The trend's shorter lengths are read from the same run: **the best validation perplexity among the
+evaluations of its first N epochs**. That is exactly what a run capped at N epochs reports: NT-ASGD has no
+schedule (its switch to averaging depends only on the validation history so far), the batches of a seed are the
+same, so a shorter run is a prefix of the longer one. One run per configuration instead of one per length.
 
 Claims (:func:`trend_claims`, through :mod:`lmstudy.claims`, one row per length with the trend's direction):
 
@@ -60,13 +59,13 @@ def trend_configs(params: dict, seeds: list[int], epoch_cap: int, stop_after: in
             for setting in settings for name in TREND_CONFIGS.values() for seed in seeds]
 
 
-
 def study_trend_configs(params: dict) -> list[EmbeddingInitConfig]:
     """The trend's runs as notebook 01 makes them from its parameters: :func:`trend_configs` with the
     ``trend_seeds``, ``trend_epoch_cap`` and ``trend_stop_after`` keys, on the first ``trend_train_tokens`` training
     tokens (instead of Table 1's ``train_tokens``). One place, so that a second worker trains the same runs."""
     return trend_configs({**params, "train_tokens": params["trend_train_tokens"]}, params["trend_seeds"],
                          params["trend_epoch_cap"], params["trend_stop_after"])
+
 
 def best_within(evaluations: list[dict], epochs: int) -> float:
     """The best validation perplexity among the evaluations made during the first ``epochs`` epochs (a log's
