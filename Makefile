@@ -8,6 +8,9 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 # A plain `pip install torch` pulls a multi-GB CUDA build; 2.13.0 is what we test with (CPU wheel here).
 TORCH_SPEC ?= torch==2.13.0
+# Test worker processes (pytest-xdist; tests/conftest.py splits the cores between them). Peak memory is about
+# 16 GiB with 2 (two paper-scale dry runs side by side); -n 0 runs everything in one process.
+TEST_WORKERS ?= 2
 STAMP := $(VENV)/.lmstudy-installed
 # JupyterLab refuses to run as root (containers) unless told to.
 LAB_FLAGS ?= $(if $(filter 0,$(shell id -u)),--allow-root,)
@@ -28,7 +31,8 @@ demo: setup
 
 test: setup
 	scripts/install_kenlm.sh $(PY)
-	$(PY) -m pytest -q --durations=25 -m "not paper_dry_run_by_hand" --nbval-lax --nbval-current-env tests notebooks
+	$(PY) -m pytest -q --durations=40 -n $(TEST_WORKERS) --dist loadgroup --no-loadscope-reorder \
+		--nbval-lax --nbval-current-env tests notebooks
 
 lab: setup
 	$(PY) -m ipykernel install --sys-prefix --name lmstudy --display-name "Python (lmstudy)"

@@ -3,6 +3,10 @@
 Corpora: a test that needs a corpus calls ``require_corpus("name")``. When the corpus is
 missing, outside CI the test is skipped with the command that fetches it; in CI (``CI=true``)
 a missing corpus is a failure, never a silent skip.
+
+Parallel runs: ``make test`` runs the suite in worker processes (pytest-xdist, ``-n 2 --dist loadgroup
+--no-loadscope-reorder``). :func:`pytest_collection_modifyitems` says which tests must share a worker and in
+what order the groups are handed out; each worker's torch gets its share of the cores.
 """
 
 from __future__ import annotations
@@ -17,6 +21,24 @@ os.environ.setdefault("TQDM_DISABLE", "1")
 os.environ.setdefault("MPLBACKEND", "agg")
 
 IN_CI = os.environ.get("CI", "").lower() in {"1", "true", "yes"}
+
+# Under pytest-xdist each worker (and the notebooks and studies it starts, which inherit the variable) gets an
+# equal share of the cores: two workers with a thread per core each would oversubscribe the CPU. Set before
+# any test imports torch, which reads it once.
+_WORKERS = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+if _WORKERS > 1:
+    os.environ.setdefault("OMP_NUM_THREADS", str(max(1, len(os.sched_getaffinity(0)) // _WORKERS)))
+
+# The groups handed to the workers first, longest first (a worker takes the next group when it is done, so the
+# long ones must not come last and leave one worker running them alone). Seconds: a CI run's --durations.
+LONGEST_FIRST = (
+    "tests/test_paper_dry_run.py::test_paper_preset_dry_run[02_entity_transformer]",
+    "tests/test_paper_dry_run.py::test_paper_preset_dry_run[03_kronecker]",
+    "tests/test_paper_dry_run.py::test_paper_preset_dry_run[01_embedding_init]",
+    "tests/test_paper_dry_run.py::test_paper_preset_dry_run[04_control_codes]",
+    "tests/test_paper_dry_run.py::test_paper_preset_dry_run[01b_embedding_init_extended]",
+    "tests/test_paper_dry_run.py::test_paper_preset_dry_run[00_quickstart]",
+)
 
 
 def require_corpus(name: str) -> None:
@@ -61,15 +83,31 @@ def runs_sharing_corpus_caches(root):
     return root
 
 
-def pytest_collection_modifyitems(config, items):
-    """nbval notebook cells: apply the same rule to the corpora a notebook declares it needs.
+def xdist_group(item) -> str:
+    """The worker group of a test: its notebook or module (nbval's cells run in order in one kernel; a module's
+    tests share its module-scoped fixtures, built once), except that each paper dry run is a group of its own
+    (the longest tests, independent of each other)."""
+    if item.get_closest_marker("paper_dry_run"):
+        return item.nodeid
+    return item.nodeid.split("::", 1)[0]
 
+
+@pytest.hookimpl(tryfirst=True)  # before xdist's own hook, which reads the xdist_group marks
+def pytest_collection_modifyitems(config, items):
+    """Worker groups (:func:`xdist_group`), handed out in :data:`LONGEST_FIRST` order, then in collection order.
+
+    nbval notebook cells: apply the same rule to the corpora a notebook declares it needs.
     A notebook lists them in its metadata, ``{"lmstudy": {"corpora": ["ptb"]}}``.
     """
     import json
     from pathlib import Path
 
     from lmstudy.data.catalogue import corpus_present
+
+    for item in items:
+        item.add_marker(pytest.mark.xdist_group(xdist_group(item)))
+    first = {group: rank for rank, group in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: first.get(xdist_group(item), len(first)))  # stable: a group keeps its order
 
     missing_by_notebook: dict[Path, list[str]] = {}
     for item in items:

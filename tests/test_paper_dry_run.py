@@ -14,8 +14,8 @@ about a minute, so the batches are cut for time, never the width or depth of a m
 
 Each test prints one markdown row (study, model size, wall seconds, CPU seconds and peak memory of the study's
 process tree): the README's "Scaling up" table is ``pytest -s -m paper_dry_run tests/test_paper_dry_run.py``
-output. Marked ``paper_dry_run``; ``make test`` (CI) runs four of them and leaves out 02 and 04 (:data:`BY_HAND`,
-marker ``paper_dry_run_by_hand``), which take CI past its 20 minutes (issue 24 stays open for them).
+output (``-n 0``: one process, so that ``-s`` shows it). Marked ``paper_dry_run``; ``make test`` (CI) runs all six,
+two at a time, before the rest of the suite (``tests/conftest.py``, ``LONGEST_FIRST``).
 """
 
 from __future__ import annotations
@@ -170,16 +170,8 @@ def largest_model(runs: Path, since: float) -> int:
     return max(counts, default=0)
 
 
-# Over CI's 20 minutes: 02 fine-tunes GPT-2 small (a 152M GPT2E and a 124M GPT2) six times and reads documents
-# through both for its probes: 232 CPU seconds, an estimated 150-210 s of a quiet CI run. 04 (two arms of GPT-2
-# small, 88-99 s in CI) fitted once (CI 1,100 s) and not the next time (1,236 s: the same tests, a slower machine).
-# ``make test`` leaves both out (marker ``paper_dry_run_by_hand``); run them with -m paper_dry_run.
-BY_HAND = {"02_entity_transformer", "04_control_codes"}
-
-
 @pytest.mark.paper_dry_run
-@pytest.mark.parametrize("study", [pytest.param(study, marks=pytest.mark.paper_dry_run_by_hand) if study in BY_HAND
-                                   else study for study in DRY_RUNS])
+@pytest.mark.parametrize("study", list(DRY_RUNS))
 def test_paper_preset_dry_run(study, shared_runs, tmp_path, request):
     from conftest import require_corpus, require_kenlm
 
