@@ -31,7 +31,7 @@ demo: setup
 
 test: setup
 	scripts/install_kenlm.sh $(PY)
-	$(PY) -m pytest -q --durations=40 -n $(TEST_WORKERS) --dist loadgroup --no-loadscope-reorder \
+	$(PY) -m pytest -q --durations=40 -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder \
 		--nbval-lax --nbval-current-env tests notebooks
 
 lab: setup

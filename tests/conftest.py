@@ -4,9 +4,9 @@ Corpora: a test that needs a corpus calls ``require_corpus("name")``. When the c
 missing, outside CI the test is skipped with the command that fetches it; in CI (``CI=true``)
 a missing corpus is a failure, never a silent skip.
 
-Parallel runs: ``make test`` runs the suite in worker processes (pytest-xdist, ``-n 2 --dist loadgroup
---no-loadscope-reorder``). :func:`pytest_collection_modifyitems` says which tests must share a worker and in
-what order the groups are handed out; each worker's torch gets its share of the cores.
+Parallel runs: ``make test`` runs the suite in worker processes (pytest-xdist, ``-n 2 --dist loadfile
+--no-loadscope-reorder``). :func:`work_unit` says which tests must share a worker, :data:`LONGEST_FIRST` in
+what order the units are handed out; each worker's torch gets its share of the cores.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ _WORKERS = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
 if _WORKERS > 1:
     os.environ.setdefault("OMP_NUM_THREADS", str(max(1, len(os.sched_getaffinity(0)) // _WORKERS)))
 
-# The groups handed to the workers first, longest first (a worker takes the next group when it is done, so the
+# The units of work handed to the workers first, longest first (a worker takes the next group when it is done, so the
 # long ones must not come last and leave one worker running them alone). Seconds: a CI run's --durations.
 LONGEST_FIRST = (
     "tests/test_paper_dry_run.py::test_paper_preset_dry_run[02_entity_transformer]",
@@ -83,18 +83,34 @@ def runs_sharing_corpus_caches(root):
     return root
 
 
-def xdist_group(item) -> str:
-    """The worker group of a test: its notebook or module (nbval's cells run in order in one kernel; a module's
-    tests share its module-scoped fixtures, built once), except that each paper dry run is a group of its own
-    (the longest tests, independent of each other)."""
-    if item.get_closest_marker("paper_dry_run"):
-        return item.nodeid
-    return item.nodeid.split("::", 1)[0]
+def work_unit(nodeid: str) -> str:
+    """What a test shares a worker with: its notebook or module (nbval's cells run in order in one kernel; a
+    module's tests share its module-scoped fixtures, built once), except that each paper dry run is a unit of its
+    own (the longest tests, independent of each other)."""
+    if nodeid.startswith("tests/test_paper_dry_run.py::test_paper_preset_dry_run["):
+        return nodeid
+    return nodeid.split("::", 1)[0]
 
 
-@pytest.hookimpl(tryfirst=True)  # before xdist's own hook, which reads the xdist_group marks
+@pytest.hookimpl(optionalhook=True)  # a hook of pytest-xdist: ignored when it is not installed
+def pytest_xdist_make_scheduler(config, log):
+    """``--dist loadfile`` with :func:`work_unit`'s units. (xdist's ``loadgroup`` marks cannot do it under pytest 9,
+    whose node ids xdist can no longer rename: every test became a unit, and notebooks' cells were split between
+    workers.)"""
+    if config.getvalue("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class LoadWorkUnitScheduling(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return work_unit(nodeid)
+
+    return LoadWorkUnitScheduling(config, log)
+
+
 def pytest_collection_modifyitems(config, items):
-    """Worker groups (:func:`xdist_group`), handed out in :data:`LONGEST_FIRST` order, then in collection order.
+    """Units of work (:func:`work_unit`) in :data:`LONGEST_FIRST` order, then in collection order (make test's
+    ``--no-loadscope-reorder`` keeps it).
 
     nbval notebook cells: apply the same rule to the corpora a notebook declares it needs.
     A notebook lists them in its metadata, ``{"lmstudy": {"corpora": ["ptb"]}}``.
@@ -104,10 +120,8 @@ def pytest_collection_modifyitems(config, items):
 
     from lmstudy.data.catalogue import corpus_present
 
-    for item in items:
-        item.add_marker(pytest.mark.xdist_group(xdist_group(item)))
-    first = {group: rank for rank, group in enumerate(LONGEST_FIRST)}
-    items.sort(key=lambda item: first.get(xdist_group(item), len(first)))  # stable: a group keeps its order
+    first = {unit: rank for rank, unit in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: first.get(work_unit(item.nodeid), len(first)))  # stable: a unit keeps its order
 
     missing_by_notebook: dict[Path, list[str]] = {}
     for item in items:
