@@ -5,7 +5,7 @@ missing, outside CI the test is skipped with the command that fetches it; in CI 
 a missing corpus is a failure, never a silent skip.
 
 Parallel runs: ``make test`` runs the suite in worker processes (pytest-xdist, ``-n 2 --dist loadfile
---no-loadscope-reorder``). :func:`work_unit` says which tests must share a worker, :data:`LONGEST_FIRST` in
+--no-loadscope-reorder``). :func:`work_unit` says which tests must share a worker, :func:`unit_rank` in
 what order the units are handed out; each worker's torch gets its share of the cores.
 """
 
@@ -29,16 +29,27 @@ _WORKERS = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
 if _WORKERS > 1:
     os.environ.setdefault("OMP_NUM_THREADS", str(max(1, len(os.sched_getaffinity(0)) // _WORKERS)))
 
-# The units of work handed to the workers first, longest first (a worker takes the next group when it is done, so the
-# long ones must not come last and leave one worker running them alone). Seconds: a CI run's --durations.
-LONGEST_FIRST = (
+# The units of work handed out first, in this order; then the notebooks (a minute or more each at smoke scale),
+# then the rest in collection order. A worker takes its next unit before it starts its last test (xdist's
+# look-ahead), so the long ones must come first: last, they would leave one worker running them alone. The
+# leakage tests come second because they build the corpus caches (shingles of every corpus, the base's training
+# manifest) that 03's dry run reads: started before them, it built the caches itself (284 s instead of ~165).
+FIRST_UNITS = (
     "tests/test_paper_dry_run.py::test_paper_preset_dry_run[02_entity_transformer]",
+    "tests/test_leakage.py",
     "tests/test_paper_dry_run.py::test_paper_preset_dry_run[03_kronecker]",
     "tests/test_paper_dry_run.py::test_paper_preset_dry_run[01_embedding_init]",
     "tests/test_paper_dry_run.py::test_paper_preset_dry_run[04_control_codes]",
     "tests/test_paper_dry_run.py::test_paper_preset_dry_run[01b_embedding_init_extended]",
     "tests/test_paper_dry_run.py::test_paper_preset_dry_run[00_quickstart]",
 )
+
+
+def unit_rank(unit: str) -> int:
+    """Where a unit of work (:func:`work_unit`) goes in the order the workers get them: see :data:`FIRST_UNITS`."""
+    if unit in FIRST_UNITS:
+        return FIRST_UNITS.index(unit)
+    return len(FIRST_UNITS) + (0 if unit.startswith("notebooks/") else 1)
 
 
 def require_corpus(name: str) -> None:
@@ -109,8 +120,8 @@ def pytest_xdist_make_scheduler(config, log):
 
 
 def pytest_collection_modifyitems(config, items):
-    """Units of work (:func:`work_unit`) in :data:`LONGEST_FIRST` order, then in collection order (make test's
-    ``--no-loadscope-reorder`` keeps it).
+    """Units of work (:func:`work_unit`) in :func:`unit_rank` order, a unit's tests in collection order (make
+    test's ``--no-loadscope-reorder`` keeps it).
 
     nbval notebook cells: apply the same rule to the corpora a notebook declares it needs.
     A notebook lists them in its metadata, ``{"lmstudy": {"corpora": ["ptb"]}}``.
@@ -120,8 +131,7 @@ def pytest_collection_modifyitems(config, items):
 
     from lmstudy.data.catalogue import corpus_present
 
-    first = {unit: rank for rank, unit in enumerate(LONGEST_FIRST)}
-    items.sort(key=lambda item: first.get(work_unit(item.nodeid), len(first)))  # stable: a unit keeps its order
+    items.sort(key=lambda item: unit_rank(work_unit(item.nodeid)))  # stable: a unit keeps its tests' order
 
     missing_by_notebook: dict[Path, list[str]] = {}
     for item in items:

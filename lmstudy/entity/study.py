@@ -79,6 +79,7 @@ import pandas as pd
 import torch
 from safetensors.torch import load_model
 from transformers import GPT2LMHeadModel
+from transformers.initialization import no_init_weights
 
 from lmstudy.base import StudyBase, loaded_study_base
 from lmstudy.claims import (
@@ -96,7 +97,7 @@ from lmstudy.evaluation import lambada_examples, lambada_scores
 from lmstudy.pretrained import load_pretrained
 from lmstudy.runs import Run, atomic_write_json, cached, get_run, read_log, read_log_records
 from lmstudy.training import (
-    TrainConfig, count_parameters, kept_checkpoint, load_weights, process_device, train_and_restore,
+    TrainConfig, adamw, count_parameters, kept_checkpoint, load_weights, process_device, train_and_restore,
 )
 
 STUDY = "02_entity_shared"
@@ -341,7 +342,9 @@ def finetuned_model(config: EntityStudyConfig, name: str, seed: int) -> tuple[GP
     """The fine-tuned model (best weights; trains it if needed) and the tokenizer."""
     finetune_run(config, name, seed)
     base = load_base(config)
-    model = initial_model(base.model, name, seed)
+    with no_init_weights():  # every weight is read from the run next (strictly): drawing initial ones is wasted
+        model = initial_model(base.model, name, seed)
+    model.tie_weights()  # part of the initialisation skipped above
     load_weights(model, get_run(STUDY, _finetune_config(config, name, seed)), "best")
     device = process_device()  # the probes' forward passes: this process's GPU (cuda:<local rank>) when there is one
     return model.to(device).eval(), base.tokenizer
@@ -526,7 +529,7 @@ def compare_step_times(models: dict[str, torch.nn.Module], task: EntityLMTask, s
     """Seconds per step of each model on the same batches, models alternating (and which goes first too)."""
     device = torch.device(device or "cpu")
     batches = task.batches(0)
-    optimizers = {name: torch.optim.AdamW(m.parameters(), lr=1e-5) for name, m in models.items()}
+    optimizers = {name: adamw(m.parameters(), lr=1e-5) for name, m in models.items()}  # as training's
     carries = {name: None for name in models}
     times = {name: [] for name in models}
     names = list(models)
@@ -601,9 +604,11 @@ def similarity_run(config: EntityStudyConfig, seed: int) -> dict:
                   "similarity_docs": config.similarity_docs}
 
     def fn(run: Run) -> dict:
-        rows = []
+        rows, models = [], {}
         for setting, (name, use_entities) in SETTINGS.items():
-            model, tokenizer = finetuned_model(config, name, seed)
+            if name not in models:  # GPT2E serves two settings: loaded once
+                models[name] = finetuned_model(config, name, seed)
+            model, tokenizer = models[name]
             coref, encoded = similarity_docs(config, tokenizer)
             rows += similarity_rows(*mention_vectors(model, coref, encoded, config.seq_len, use_entities), setting)
         return {"rows": rows}
