@@ -65,3 +65,11 @@ def test_entity_step_time_bench_runs_with_the_per_mention_variant(capsys):
     assert "FLOP ratio" in lines[1] and "mention/GPT2" in lines[1]
     row = lines[3].split()
     assert row[0] == "1x32" and float(row[6]) > 1  # GPT2E's FLOPs exceed GPT2's
+
+
+def test_optimizer_bench_times_three_kernels_that_agree_to_rounding(capsys):
+    load_bench("bench_optimizer").main(["--size", "tiny", "--repeats", "1"])
+    rows = [line.split(" | ") for line in capsys.readouterr().out.splitlines()[2:]]
+    assert [row[0] for row in rows] == ["default", "foreach", "fused"]
+    assert all(float(row[1]) > 0 for row in rows)
+    assert all(float(row[3]) < 1e-5 for row in rows)  # the kernels compute the same step up to rounding
