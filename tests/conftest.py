@@ -33,7 +33,7 @@ if _WORKERS > 1:
 # then the rest in collection order. A worker takes its next unit before it starts its last test (xdist's
 # look-ahead), so the long ones must come first: last, they would leave one worker running them alone. The
 # leakage tests come second because they build the corpus caches (shingles of every corpus, the base's training
-# manifest) that 03's dry run reads: started before them, it built the caches itself (284 s instead of ~165).
+# manifest) that 03's dry run reads: started before them, it built the caches itself (284 s instead of 148-156).
 FIRST_UNITS = (
     "tests/test_paper_dry_run.py::test_paper_preset_dry_run[02_entity_transformer]",
     "tests/test_leakage.py",
