@@ -260,7 +260,7 @@ def adamw(params, **options) -> torch.optim.AdamW:
     float."""
     params = list(params)
     tensors = [p for group in params for p in (group["params"] if isinstance(group, dict) else [group])]
-    fused = all(p.device.type in ("cpu", "cuda") and p.is_floating_point() for p in tensors)
+    fused = all(p.device.type in ("cpu", "cuda") for p in tensors)
     return torch.optim.AdamW(params, fused=fused, **options)
 
 

@@ -34,14 +34,19 @@ if _WORKERS > 1:
 # look-ahead), so the long ones must come first: last, they would leave one worker running them alone. The
 # leakage tests come second because they build the corpus caches (shingles of every corpus, the base's training
 # manifest) that 03's dry run reads: started before them, it built the caches itself (284 s instead of 148-156).
+DRY_RUN_PREFIX = "tests/test_paper_dry_run.py::test_paper_preset_dry_run["
+
+
+def dry_run_unit(study: str) -> str:
+    """The node id of a study's paper dry run, a unit of work of its own."""
+    return f"{DRY_RUN_PREFIX}{study}]"
+
+
 FIRST_UNITS = (
-    "tests/test_paper_dry_run.py::test_paper_preset_dry_run[02_entity_transformer]",
+    dry_run_unit("02_entity_transformer"),
     "tests/test_leakage.py",
-    "tests/test_paper_dry_run.py::test_paper_preset_dry_run[03_kronecker]",
-    "tests/test_paper_dry_run.py::test_paper_preset_dry_run[01_embedding_init]",
-    "tests/test_paper_dry_run.py::test_paper_preset_dry_run[04_control_codes]",
-    "tests/test_paper_dry_run.py::test_paper_preset_dry_run[01b_embedding_init_extended]",
-    "tests/test_paper_dry_run.py::test_paper_preset_dry_run[00_quickstart]",
+    *map(dry_run_unit, ("03_kronecker", "01_embedding_init", "04_control_codes", "01b_embedding_init_extended",
+                        "00_quickstart")),
 )
 
 
@@ -98,7 +103,7 @@ def work_unit(nodeid: str) -> str:
     """What a test shares a worker with: its notebook or module (nbval's cells run in order in one kernel; a
     module's tests share its module-scoped fixtures, built once), except that each paper dry run is a unit of its
     own (the longest tests, independent of each other)."""
-    if nodeid.startswith("tests/test_paper_dry_run.py::test_paper_preset_dry_run["):
+    if nodeid.startswith(DRY_RUN_PREFIX):
         return nodeid
     return nodeid.split("::", 1)[0]
 

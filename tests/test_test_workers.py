@@ -5,28 +5,24 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from conftest import FIRST_UNITS, unit_rank, work_unit
+from conftest import FIRST_UNITS, dry_run_unit, unit_rank, work_unit
 
 from tests.test_paper_dry_run import DRY_RUNS
 
 REPO = Path(__file__).resolve().parent.parent
 
 
-def dry_run_id(study: str) -> str:
-    return f"tests/test_paper_dry_run.py::test_paper_preset_dry_run[{study}]"
-
-
 def test_a_notebooks_cells_and_a_modules_tests_share_a_unit_and_each_dry_run_is_its_own():
     cells = {work_unit(f"notebooks/02_entity_transformer.ipynb::Cell {i}") for i in range(12)}
     assert cells == {"notebooks/02_entity_transformer.ipynb"}
     assert work_unit("tests/test_text.py::test_rules[a::b]") == work_unit("tests/test_text.py::test_other")
-    units = {work_unit(dry_run_id(study)) for study in DRY_RUNS}
+    units = {work_unit(dry_run_unit(study)) for study in DRY_RUNS}
     assert len(units) == len(DRY_RUNS)
 
 
 def test_the_first_units_name_every_dry_run_and_files_that_exist():
     # a renamed test or module would silently fall back to collection order: the long ones last
-    dry_runs = {dry_run_id(study) for study in DRY_RUNS}
+    dry_runs = {dry_run_unit(study) for study in DRY_RUNS}
     assert dry_runs <= set(FIRST_UNITS)
     assert all((REPO / unit).is_file() for unit in set(FIRST_UNITS) - dry_runs)
     assert [unit_rank(unit) for unit in FIRST_UNITS] == list(range(len(FIRST_UNITS)))
