@@ -290,9 +290,7 @@ def test_a_stalling_validation_switches_to_asgd_and_evaluates_the_averages():
     metrics = train(model, task, config, run)
     evals = [r for r in read_log_records(run.log_path) if r["kind"] == "eval"]
     assert evals[0]["averaged"] == 0.0 and evals[-1]["averaged"] == 1.0
-    assert isinstance(task.optimizer, torch.optim.ASGD)
-    state = json.loads((latest_checkpoint(run) / "state.json").read_text())
-    assert state["optimizer"]["class"] == "ASGD"
+    assert isinstance(task.optimizer, torch.optim.ASGD)  # (a checkpoint mid-run records it: the resume test)
     # The reported loss is the one of the averaged weights, and the swap leaves the model as it was.
     weights = [p.detach().clone() for p in model.parameters()]
     with averaged_weights(model, task.optimizer):

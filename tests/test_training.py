@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 import torch
 import torch.nn.functional as F
+from safetensors.torch import load_file
 from torch import nn
 
 from lmstudy.lm_batches import (
@@ -208,6 +209,24 @@ def test_loss_decreases_and_cached_training_is_not_repeated():
     calls = task.calls
     assert cached("tiny", {"train": config}, fit) == metrics
     assert task.calls == calls  # the finished run was read back, not trained again
+
+
+def test_a_finished_run_keeps_no_optimizer_state_and_reads_back_through_train(tmp_path):
+    config = TrainConfig(max_steps=20, lr=3e-3, eval_every=10, checkpoint_every=10, keep_checkpoints=(10,))
+    run = get_run("finished", {"train": config})
+    task = CountingTask(tiny_lm_task())
+    torch.manual_seed(0)
+    metrics = train(tiny_gpt2(), task, config, run)
+    final = latest_checkpoint(run)
+    assert final.name == "step-000000020"
+    assert json.loads((final / "state.json").read_text())["optimizer"] is None
+    assert not any(key.startswith("optimizer") for key in load_file(str(final / "state.safetensors")))
+    kept = json.loads((run.checkpoint_dir / "step-000000010" / "state.json").read_text())
+    assert kept["optimizer"]["class"] == "AdamW"  # a checkpoint mid-run keeps it: training goes on from there
+
+    calls = task.calls
+    assert train(tiny_gpt2(), task, config, run) == metrics  # read back through train (a fresh optimizer) ...
+    assert task.calls == calls  # ... without a step
 
 
 class ScriptedValidationTask(TrainTask):
