@@ -70,6 +70,35 @@ def test_max_doc_tokens_cuts_every_document_and_enters_the_runs_identity_only_wh
     assert EntityStudyConfig(max_doc_tokens=4).finetune_identity()["max_doc_tokens"] == 4
 
 
+def test_probe_documents_are_cut_after_the_last_sentence_within_max_doc_tokens(monkeypatch):
+    from lmstudy.data.readers.coref import CorefDocument, Mention
+
+    tokens = ["Ann", "saw", "Bob", ".", "He", "left", ".", "She", "stayed", "."]
+    doc = CorefDocument("d", "test", tokens, [0, 4, 7], None, [Mention(0, 1, 1), Mention(4, 5, 2), Mention(7, 8, 1)])
+    monkeypatch.setattr(study, "coref_split", lambda corpus, split, limit: [doc])
+    tokenizer = ByteTokenizer()
+    monkeypatch.setattr(study, "encoded_split", lambda corpus, split, limit, tok: [
+        study.encode_coref_document(d, tok) for d in study.coref_split(corpus, split, limit)])
+    whole = study.probe_split(EntityStudyConfig(), "gum", "test", 1, tokenizer)
+    assert whole[0] == [doc]
+    # "Ann saw Bob . He left ." is 23 characters: with the leading end-of-text, the first 24 sub-tokens hold the
+    # first two sentences; a cut inside the first sentence keeps it whole
+    for n_subtokens, n_words in ((24, 7), (23, 4), (3, 4)):
+        (coref,), (encoded,) = study.probe_split(EntityStudyConfig(max_doc_tokens=n_subtokens), "gum", "test", 1,
+                                                 tokenizer)
+        assert coref.tokens == tokens[:n_words] and encoded == study.encode_coref_document(coref, tokenizer)
+        assert [m.end <= n_words for m in coref.mentions] == [True] * len(coref.mentions)
+
+
+class ByteTokenizer:
+    """A tokenizer of one sub-token per character, with offsets (what ``encode_coref_document`` reads)."""
+
+    eos_token_id = 0
+
+    def __call__(self, text, add_special_tokens=False, return_offsets_mapping=False):
+        return {"input_ids": [ord(c) for c in text], "offset_mapping": [(i, i + 1) for i in range(len(text))]}
+
+
 def test_recipe_keeps_the_budgets_checkpoints_at_a_constant_learning_rate():
     config = EntityStudyConfig(budgets=[5, 20, 80], eval_every=10, warmup_steps=4, seq_len=32, batch_size=2)
     recipe = train_config(config, seed=3)

@@ -103,6 +103,21 @@ def test_token_clusters_resolve_nested_mentions_by_rule():
         doc.token_clusters("widest")
 
 
+def test_first_sentences_cut_after_the_last_whole_sentence_with_what_lies_inside():
+    # sentences [0, 3), [3, 5), [5, 7); a mention crossing the cut and one after it go, nested ones stay
+    doc = CorefDocument(
+        "toy", "test", ["Ann", "saw", "Bob", "He", "left", "She", "stayed"], [0, 3, 5], list("ABCDEFG"),
+        mentions=[Mention(0, 1, 1), Mention(2, 3, 2), Mention(3, 4, 2), Mention(4, 6, 3), Mention(5, 6, 1)],
+        entities=[Mention(0, 1, None, "PER"), Mention(5, 6, None, "PER")],
+    )
+    cut = doc.first_sentences(6)  # the third sentence ends at 7: outside
+    assert (cut.tokens, cut.sentence_starts, cut.pos) == (doc.tokens[:5], [0, 3], list("ABCDE"))
+    assert cut.mentions == doc.mentions[:3] and cut.entities == doc.entities[:1]
+    assert cut.entity_iob() == ["B-PER", "O", "O", "O", "O"]
+    assert doc.first_sentences(1).tokens == doc.tokens[:3]  # the first sentence at least
+    assert doc.first_sentences(100).tokens == doc.tokens and len(doc.tokens) == 7  # the original is untouched
+
+
 def test_iob_spans_read_one_layer():
     spans = iob_spans(["B-PER", "I-PER", "O", "I-LOC", "B-GPE", "B-GPE"])
     expected = [(0, 2, "PER"), (3, 4, "LOC"), (4, 5, "GPE"), (5, 6, "GPE")]

@@ -131,7 +131,9 @@ class EntityStudyConfig:
     corpora: list = field(default_factory=lambda: ["gum", "litbank"])
     train_docs: int = 0
     eval_docs: int = 0
-    max_doc_tokens: int = 0  # every fine-tuning document cut to its first N sub-tokens (0 = whole; a dry run's)
+    # every fine-tuning document cut to its first N sub-tokens, every probe document (Table 4, t-SNE, NER) after
+    # its last sentence within them (0 = whole; a dry run's)
+    max_doc_tokens: int = 0
     # fine-tuning (identical for every model): warm-up then a constant learning rate (module docstring, 4)
     seq_len: int = 64
     batch_size: int = 4
@@ -238,6 +240,25 @@ def encoded_split(corpus: str, split: str, limit: int, tokenizer) -> list[Entity
     if key not in _ENCODED:
         _ENCODED[key] = [encode_coref_document(doc, tokenizer) for doc in coref_split(corpus, split, limit)]
     return _ENCODED[key]
+
+
+def probe_split(config: EntityStudyConfig, corpus: str, split: str, limit: int,
+                tokenizer) -> tuple[list[CorefDocument], list[EntityDocument]]:
+    """The documents a probe reads (Table 4, t-SNE, NER), raw and encoded: ``coref_split``, each cut after its
+    last sentence within its first ``config.max_doc_tokens`` sub-tokens when that is set (whole sentences, so
+    that every mention and tagged sentence a probe sees is complete)."""
+    coref, encoded = coref_split(corpus, split, limit), encoded_split(corpus, split, limit, tokenizer)
+    if not config.max_doc_tokens:
+        return coref, encoded
+    cut = [doc.first_sentences(words_within(enc, config.max_doc_tokens)) for doc, enc in zip(coref, encoded)]
+    return cut, [encode_coref_document(doc, tokenizer) for doc in cut]
+
+
+def words_within(doc: EntityDocument, n_subtokens: int) -> int:
+    """How many words of ``doc`` lie wholly within its first ``n_subtokens`` sub-tokens (word indices only grow;
+    the first word with a sub-token at or after the cut is the first one outside)."""
+    later = [word for word in doc.word_index[n_subtokens:] if word >= 0]
+    return later[0] if later else max(doc.word_index, default=-1) + 1
 
 
 def study_documents(config: EntityStudyConfig, tokenizer) -> dict[str, list[EntityDocument]]:
@@ -593,9 +614,9 @@ SETTINGS = {"GPT2E without entities": ("GPT2E", False), "GPT2E with entities": (
 
 
 def similarity_docs(config: EntityStudyConfig, tokenizer) -> tuple[list[CorefDocument], list[EntityDocument]]:
-    """The GUM test documents of Table 4 and t-SNE (``config.similarity_docs``; 0: all), raw and encoded."""
-    return (coref_split("gum", "test", config.similarity_docs),
-            encoded_split("gum", "test", config.similarity_docs, tokenizer))
+    """The GUM test documents of Table 4 and t-SNE (``config.similarity_docs``; 0: all), raw and encoded
+    (:func:`probe_split`)."""
+    return probe_split(config, "gum", "test", config.similarity_docs, tokenizer)
 
 
 def similarity_run(config: EntityStudyConfig, seed: int) -> dict:
@@ -662,8 +683,7 @@ def ner_run(config: EntityStudyConfig, name: str, seed: int) -> dict:
         sentences = {}
         for split in ("train", "valid", "test"):
             limit = config.ner_train_docs if split == "train" else config.ner_eval_docs
-            sentences[split] = tagged_sentences(model, coref_split(config.ner_corpus, split, limit),
-                                                encoded_split(config.ner_corpus, split, limit, tokenizer),
+            sentences[split] = tagged_sentences(model, *probe_split(config, config.ner_corpus, split, limit, tokenizer),
                                                 config.seq_len, use_entities)
         sentences = dict(zip(sentences, standardise(*sentences.values())))  # train, valid, test
         tags = tag_vocabulary(sentences["train"])

@@ -26,7 +26,7 @@ import logging
 import re
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 log = logging.getLogger(__name__)
 
@@ -67,6 +67,16 @@ class CorefDocument:
         """The tokens cut at ``sentence_starts``."""
         bounds = [*self.sentence_starts, len(self.tokens)]
         return [self.tokens[start:end] for start, end in zip(bounds, bounds[1:])]
+
+    def first_sentences(self, n_tokens: int) -> CorefDocument:
+        """The document cut after its last sentence that ends within its first ``n_tokens`` tokens (the first
+        sentence at least), with the POS tags, mentions and entities inside the cut."""
+        ends = [*self.sentence_starts[1:], len(self.tokens)]
+        end = max((e for e in ends if e <= n_tokens), default=ends[0])
+        return replace(self, tokens=self.tokens[:end], sentence_starts=[s for s in self.sentence_starts if s < end],
+                       pos=None if self.pos is None else self.pos[:end],
+                       mentions=[m for m in self.mentions if m.end <= end],
+                       entities=[m for m in self.entities if m.end <= end])
 
     def clusters(self) -> dict[int, list[Mention]]:
         """Cluster id -> its mentions in text order."""
