@@ -70,7 +70,7 @@ def test_max_doc_tokens_cuts_every_document_and_enters_the_runs_identity_only_wh
     assert EntityStudyConfig(max_doc_tokens=4).finetune_identity()["max_doc_tokens"] == 4
 
 
-def test_probe_documents_are_cut_after_the_last_sentence_within_max_doc_tokens(monkeypatch):
+def test_ner_documents_are_cut_after_the_last_sentence_within_max_doc_tokens(monkeypatch):
     from lmstudy.data.readers.coref import CorefDocument, Mention
 
     tokens = ["Ann", "saw", "Bob", ".", "He", "left", ".", "She", "stayed", "."]
@@ -79,13 +79,11 @@ def test_probe_documents_are_cut_after_the_last_sentence_within_max_doc_tokens(m
     tokenizer = ByteTokenizer()
     monkeypatch.setattr(study, "encoded_split", lambda corpus, split, limit, tok: [
         study.encode_coref_document(d, tok) for d in study.coref_split(corpus, split, limit)])
-    whole = study.probe_split(EntityStudyConfig(), "gum", "test", 1, tokenizer)
-    assert whole[0] == [doc]
+    assert study.ner_split(EntityStudyConfig(), "test", tokenizer)[0] == [doc]
     # "Ann saw Bob . He left ." is 23 characters: with the leading end-of-text, the first 24 sub-tokens hold the
     # first two sentences; a cut inside the first sentence keeps it whole
     for n_subtokens, n_words in ((24, 7), (23, 4), (3, 4)):
-        (coref,), (encoded,) = study.probe_split(EntityStudyConfig(max_doc_tokens=n_subtokens), "gum", "test", 1,
-                                                 tokenizer)
+        (coref,), (encoded,) = study.ner_split(EntityStudyConfig(max_doc_tokens=n_subtokens), "test", tokenizer)
         assert coref.tokens == tokens[:n_words] and encoded == study.encode_coref_document(coref, tokenizer)
         assert [m.end <= n_words for m in coref.mentions] == [True] * len(coref.mentions)
 

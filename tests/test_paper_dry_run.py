@@ -76,7 +76,9 @@ DRY_RUNS: dict[str, tuple[dict[str, str], list[str]]] = {
         "batch_size": "1", "seq_len": "128",  # time: a step of 8 x 512 positions of GPT-2 small is ~3 TFLOP,
         # ~40 s; 1 x 128 is 1/32 of it (the six fine-tuning runs' steps and the step-time comparison's 12)
         "max_doc_tokens": "256",  # a few evaluation windows: each document's first 256 sub-tokens (a GUM document
-        # is ~1,100; scoring the test document with and without entities was two fifths of what was left)
+        # is ~1,100; scoring the test document with and without entities was two fifths of what was left), and
+        # the NER probe's documents cut after their last sentence within them (Table 4 and t-SNE read their one
+        # document whole: its first coreference mention is its 262nd word)
         "mixed_precision": "{mixed_precision}",
     }, ["gum", "litbank", "lambada", "gpt2_bpe"]),
     "03_kronecker": ({

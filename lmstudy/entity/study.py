@@ -131,8 +131,8 @@ class EntityStudyConfig:
     corpora: list = field(default_factory=lambda: ["gum", "litbank"])
     train_docs: int = 0
     eval_docs: int = 0
-    # every fine-tuning document cut to its first N sub-tokens, every probe document (Table 4, t-SNE, NER) after
-    # its last sentence within them (0 = whole; a dry run's)
+    # every fine-tuning document cut to its first N sub-tokens, every NER probe document after its last sentence
+    # within them (0 = whole; a dry run's)
     max_doc_tokens: int = 0
     # fine-tuning (identical for every model): warm-up then a constant learning rate (module docstring, 4)
     seq_len: int = 64
@@ -242,11 +242,14 @@ def encoded_split(corpus: str, split: str, limit: int, tokenizer) -> list[Entity
     return _ENCODED[key]
 
 
-def probe_split(config: EntityStudyConfig, corpus: str, split: str, limit: int,
-                tokenizer) -> tuple[list[CorefDocument], list[EntityDocument]]:
-    """The documents a probe reads (Table 4, t-SNE, NER), raw and encoded: ``coref_split``, each cut after its
-    last sentence within its first ``config.max_doc_tokens`` sub-tokens when that is set (whole sentences, so
-    that every mention and tagged sentence a probe sees is complete)."""
+def ner_split(config: EntityStudyConfig, split: str, tokenizer) -> tuple[list[CorefDocument], list[EntityDocument]]:
+    """The NER probe's documents of one split, raw and encoded: the first ``ner_train_docs`` (train) or
+    ``ner_eval_docs`` (valid, test) of ``config.ner_corpus``, each cut after its last sentence within its first
+    ``config.max_doc_tokens`` sub-tokens when that is set (whole sentences: every tagged sentence is complete).
+    Table 4 and t-SNE read whole documents: their measures need an entity's several mentions, and the first
+    mention of GUM's first test document is its 262nd word."""
+    limit = config.ner_train_docs if split == "train" else config.ner_eval_docs
+    corpus = config.ner_corpus
     coref, encoded = coref_split(corpus, split, limit), encoded_split(corpus, split, limit, tokenizer)
     if not config.max_doc_tokens:
         return coref, encoded
@@ -614,9 +617,9 @@ SETTINGS = {"GPT2E without entities": ("GPT2E", False), "GPT2E with entities": (
 
 
 def similarity_docs(config: EntityStudyConfig, tokenizer) -> tuple[list[CorefDocument], list[EntityDocument]]:
-    """The GUM test documents of Table 4 and t-SNE (``config.similarity_docs``; 0: all), raw and encoded
-    (:func:`probe_split`)."""
-    return probe_split(config, "gum", "test", config.similarity_docs, tokenizer)
+    """The GUM test documents of Table 4 and t-SNE (``config.similarity_docs``; 0: all), raw and encoded."""
+    return (coref_split("gum", "test", config.similarity_docs),
+            encoded_split("gum", "test", config.similarity_docs, tokenizer))
 
 
 def similarity_run(config: EntityStudyConfig, seed: int) -> dict:
@@ -682,9 +685,8 @@ def ner_run(config: EntityStudyConfig, name: str, seed: int) -> dict:
         use_entities = model.has_entity_layers
         sentences = {}
         for split in ("train", "valid", "test"):
-            limit = config.ner_train_docs if split == "train" else config.ner_eval_docs
-            sentences[split] = tagged_sentences(model, *probe_split(config, config.ner_corpus, split, limit, tokenizer),
-                                                config.seq_len, use_entities)
+            sentences[split] = tagged_sentences(model, *ner_split(config, split, tokenizer), config.seq_len,
+                                                use_entities)
         sentences = dict(zip(sentences, standardise(*sentences.values())))  # train, valid, test
         tags = tag_vocabulary(sentences["train"])
         task = NerProbeTask(sentences["train"], sentences["valid"], tags, batch_size=config.ner_batch_size, seed=seed)
