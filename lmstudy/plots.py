@@ -8,6 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import matplotlib.pyplot as plt
+import numpy as np
 import pandas as pd
 import seaborn as sns
 
@@ -74,6 +75,17 @@ def gap_trend(gaps: pd.DataFrame, level: str, series: dict[str, str], xlabel: st
     axis.legend()
     figure.tight_layout()
     return figure
+
+
+def strip_points(seed: int = 0, **options) -> plt.Axes:
+    """``sns.stripplot(**options)`` with its jitter drawn from ``seed``: seaborn jitters with numpy's global RNG, so
+    a figure redrawn from the same numbers came out different (and a new file for git) every time."""
+    state = np.random.get_state()
+    np.random.seed(seed)
+    try:
+        return sns.stripplot(**options)
+    finally:
+        np.random.set_state(state)
 
 
 def save_figure(figure: plt.Figure, path: Path) -> Path:

@@ -5,8 +5,10 @@ import matplotlib
 matplotlib.use("agg")
 
 import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+import pandas as pd  # noqa: E402
 
-from lmstudy.plots import log_axis_at, short_number  # noqa: E402
+from lmstudy.plots import log_axis_at, short_number, strip_points  # noqa: E402
 
 
 def test_short_number_keeps_three_significant_digits():
@@ -25,3 +27,21 @@ def test_a_trend_axis_is_labelled_at_its_levels_only():
     log_axis_at(axis, [1, 10], ["one", "ten"])
     assert [t.get_text() for t in axis.get_xticklabels()] == ["one", "ten"]
     plt.close(figure)
+
+
+def test_strip_points_jitter_the_same_way_every_time_and_leave_numpys_rng_alone():
+    table = pd.DataFrame({"config": ["a", "a", "b", "b"], "ppl": [1.0, 2.0, 3.0, 4.0]})
+
+    def offsets() -> list:
+        figure, axis = plt.subplots()
+        strip_points(data=table, x="config", y="ppl", ax=axis)
+        points = [tuple(xy) for collection in axis.collections for xy in collection.get_offsets()]
+        plt.close(figure)
+        return points
+
+    np.random.seed(5)
+    first = offsets()
+    after = np.random.random()
+    np.random.seed(5)
+    assert offsets() == first and np.random.random() == after  # the caller's stream is where it was
+    assert len({x for x, _ in first}) == 4  # jittered: no two points on the same x

@@ -548,9 +548,10 @@ def timed_step(model, task, batch, carry, optimizer, device) -> tuple[float, obj
     return time.perf_counter() - start, carry
 
 
-def compare_step_times(models: dict[str, torch.nn.Module], task: EntityLMTask, steps: int, warmup: int = 2,
+def compare_step_times(models: dict[str, torch.nn.Module], task: EntityLMTask, steps: int, warmup: int = 1,
                        device=None) -> dict[str, list[float]]:
-    """Seconds per step of each model on the same batches, models alternating (and which goes first too)."""
+    """Seconds per step of each model on the same batches, models alternating (and which goes first too), after
+    ``warmup`` untimed steps each (the first step allocates the activations and AdamW's state)."""
     device = torch.device(device or "cpu")
     batches = task.batches(0)
     optimizers = {name: adamw(m.parameters(), lr=1e-5) for name, m in models.items()}  # as training's

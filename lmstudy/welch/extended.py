@@ -64,6 +64,7 @@ from torch import nn
 from transformers import GPT2Config, GPT2Model
 
 from lmstudy.claims import ClaimRow, claims_table, spreads
+from lmstudy.plots import strip_points
 from lmstudy.data.splits import FORMAT_VERSION, iter_split_sentences, load_split, split_tokens
 from lmstudy.welch.embeddings import PretrainConfig, align_to_vocab, load_glove, pretrained_vectors
 from lmstudy.evaluation import stream_loss
@@ -594,7 +595,7 @@ def comparison_figure(table: pd.DataFrame, column: str, title: str = "") -> plt.
     order = [label for label in LABELS.values() if label in set(table["label"])]
     figure, axis = plt.subplots(figsize=(1.6 + 1.3 * table[column].nunique() * max(1, len(order) / 3), 3.8))
     sns.barplot(data=table, x=column, y="valid_ppl", hue="label", hue_order=order, errorbar=None, ax=axis)
-    sns.stripplot(data=table, x=column, y="valid_ppl", hue="label", hue_order=order, dodge=True, color="black",
+    strip_points(data=table, x=column, y="valid_ppl", hue="label", hue_order=order, dodge=True, color="black",
                   size=2.5, legend=False, ax=axis)
     axis.set(ylabel="validation perplexity", title=title)
     axis.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))

@@ -38,6 +38,7 @@ import seaborn as sns
 import torch
 
 from lmstudy.claims import ClaimRow, claims_table, spreads
+from lmstudy.plots import strip_points
 from lmstudy.welch.awd_lstm import per_token_losses
 from lmstudy.welch.embedding_config import (
     ALL_CONFIGS,
@@ -159,7 +160,7 @@ def section_figure(table: pd.DataFrame, title: str = "") -> plt.Figure:
         part = table[table["dataset"] == dataset]
         sns.barplot(data=part, y="config", x="valid_ppl", hue="section", order=order, errorbar=None,
                     dodge=False, ax=axis)
-        sns.stripplot(data=part, y="config", x="valid_ppl", order=order, color="black", size=3, ax=axis)
+        strip_points(data=part, y="config", x="valid_ppl", order=order, color="black", size=3, ax=axis)
         axis.set(title=f"{dataset}", xlabel="validation perplexity", ylabel="")
         if axis is not axes[0][-1] and axis.get_legend() is not None:
             axis.get_legend().remove()
