@@ -66,6 +66,17 @@ def test_claims_follow_the_gap_across_lengths():
     assert best["verdict"].tolist() == ["does not hold", "does not hold", "holds"]
 
 
+def test_last_quarter_gain_is_what_the_last_quarter_of_epochs_added():
+    from lmstudy.welch.trend import last_quarter_gain
+
+    # epochs 0-7: the best of the first 6 (three quarters of 8) is exp(5.0), the best overall exp(4.9)
+    evaluations = [{"epoch": epoch, "val_loss": loss} for epoch, loss in enumerate([6, 5.5, 5.2, 5.1, 5.05, 5.0, 4.95,
+                                                                                   4.9])]
+    assert last_quarter_gain(evaluations, 8) == pytest.approx(100 * (math.exp(5.0) / math.exp(4.9) - 1))
+    flat = [dict(record, val_loss=max(record["val_loss"], 5.0)) for record in evaluations]
+    assert last_quarter_gain(flat, 8) == 0.0
+
+
 def test_the_gap_figure_has_one_series_per_setting():
     figure = plot_trend_gaps(trend_gaps(synthetic_table()), "frozen_minus_trainable", title="freezing")
     assert [text.get_text() for text in figure.axes[0].get_legend().get_texts()] == ["Std-news", "Rare"]

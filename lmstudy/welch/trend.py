@@ -74,10 +74,17 @@ def best_within(evaluations: list[dict], epochs: int) -> float:
     return math.exp(min(losses)) if losses else math.nan
 
 
+def last_quarter_gain(evaluations: list[dict], epochs_trained: int) -> float:
+    """How much a run still gained in its last quarter of epochs, in percent: the best validation perplexity of
+    its first three quarters over its best overall, minus one (0: converged before the last quarter)."""
+    return 100 * (best_within(evaluations, math.ceil(0.75 * epochs_trained)) / best_within(evaluations, math.inf) - 1)
+
+
 def trend_table(configs: list[EmbeddingInitConfig], lengths: list[int]) -> pd.DataFrame:
     """Train (or read back) every run; one row per run and length: config, label, dataset, seed, epochs,
     valid_ppl (the best within that many epochs), epochs_trained, stopped_early (whether the run ended before
-    ``max_epochs``: its longest point is converged)."""
+    ``max_epochs``: its longest point is converged), last_quarter_gain_pct (:func:`last_quarter_gain`: how far from
+    converged a run that hit the cap still was)."""
     labels = {name: label for label, name in TREND_CONFIGS.items()}
     rows = []
     for config in configs:
@@ -87,7 +94,8 @@ def trend_table(configs: list[EmbeddingInitConfig], lengths: list[int]) -> pd.Da
             rows.append({"config": config.embedding, "label": labels.get(config.embedding, config.embedding),
                          "dataset": setting_of(config), "seed": config.seed, "epochs": epochs,
                          "valid_ppl": best_within(evaluations, epochs), "epochs_trained": metrics.get("epochs"),
-                         "stopped_early": bool(metrics.get("stopped_early"))})
+                         "stopped_early": bool(metrics.get("stopped_early")),
+                         "last_quarter_gain_pct": last_quarter_gain(evaluations, metrics.get("epochs", 0))})
     return pd.DataFrame(rows)
 
 
