@@ -307,7 +307,10 @@ def test_pipeline_end_to_end_on_corpus_slices(tmp_path, monkeypatch):
     similarity = study.similarity_table(config)
     assert list(similarity["mean"].columns) == list(study.SETTINGS)
     assert similarity["mean"].loc[("mention similarity", "NN*")].between(-1, 1).all()
+    loads, load = [], study.finetuned_model
+    monkeypatch.setattr(study, "finetuned_model", lambda *args: loads.append(args) or load(*args))
     frames = study.tsne_frames(config)
+    assert loads == []  # t-SNE reads the mention vectors Table 4 computed: no fine-tuned model loaded again
     assert set(frames) == {"GPT2", "GPT2E (with entities)"} and frames["GPT2"]["entity"].nunique() <= 3
     pd.testing.assert_frame_equal(study.tsne_frames(config)["GPT2"], frames["GPT2"])  # cached points
     ner = study.ner_table(config)

@@ -69,6 +69,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import json
 import math
 import statistics
 import time
@@ -95,6 +96,7 @@ from lmstudy.entity.probes import (
 )
 from lmstudy.evaluation import lambada_examples, lambada_scores
 from lmstudy.pretrained import load_pretrained
+from lmstudy.paths import runs_dir
 from lmstudy.runs import Run, atomic_write_json, cached, get_run, read_log, read_log_records
 from lmstudy.training import (
     TrainConfig, adamw, count_parameters, kept_checkpoint, load_weights, process_device, train_and_restore,
@@ -623,20 +625,36 @@ def similarity_docs(config: EntityStudyConfig, tokenizer) -> tuple[list[CorefDoc
             encoded_split("gum", "test", config.similarity_docs, tokenizer))
 
 
+_MENTION_VECTORS: dict[tuple, tuple] = {}
+
+
+def similarity_vectors(config: EntityStudyConfig, seed: int, settings: list[tuple[str, bool]]) -> dict[tuple, tuple]:
+    """``mention_vectors`` over the similarity documents of the fine-tuned models of ``seed``, per (model, entity
+    information at inference) of ``settings``. Memoised per process: Table 4 and t-SNE read the same mentions
+    through the same models, and each fine-tuned model is loaded once for all its settings. The key holds the run
+    cache's folder too: the same config in another run cache (a test's) may hold other weights."""
+    identity = json.dumps({**config.finetune_identity(), "seed": seed, "docs": config.similarity_docs,
+                           "runs": str(runs_dir())}, sort_keys=True, default=str)
+    models = {}
+    for name, use_entities in settings:
+        key = (identity, name, use_entities)
+        if key not in _MENTION_VECTORS:
+            if name not in models:
+                models[name] = finetuned_model(config, name, seed)
+            model, tokenizer = models[name]
+            coref, encoded = similarity_docs(config, tokenizer)
+            _MENTION_VECTORS[key] = mention_vectors(model, coref, encoded, config.seq_len, use_entities)
+    return {setting: _MENTION_VECTORS[(identity, *setting)] for setting in settings}
+
+
 def similarity_run(config: EntityStudyConfig, seed: int) -> dict:
     """Table 4 of the models of one seed (cached): {"rows": tidy rows (setting, measure, group, value)}."""
     run_config = {"stage": "similarity", **config.finetune_identity(), "seed": seed,
                   "similarity_docs": config.similarity_docs}
 
     def fn(run: Run) -> dict:
-        rows, models = [], {}
-        for setting, (name, use_entities) in SETTINGS.items():
-            if name not in models:  # GPT2E serves two settings: loaded once
-                models[name] = finetuned_model(config, name, seed)
-            model, tokenizer = models[name]
-            coref, encoded = similarity_docs(config, tokenizer)
-            rows += similarity_rows(*mention_vectors(model, coref, encoded, config.seq_len, use_entities), setting)
-        return {"rows": rows}
+        vectors = similarity_vectors(config, seed, list(SETTINGS.values()))
+        return {"rows": [row for setting, key in SETTINGS.items() for row in similarity_rows(*vectors[key], setting)]}
 
     return cached(STUDY, run_config, fn)
 
@@ -659,12 +677,12 @@ def tsne_frames(config: EntityStudyConfig, seed: int | None = None) -> dict[str,
                   "similarity_docs": config.similarity_docs, "tsne_entities": config.tsne_entities}
 
     def fn(run: Run) -> dict:
+        panels = {"GPT2": ("GPT2", False), "GPT2E (with entities)": ("GPT2E", True)}
+        vectors = similarity_vectors(config, seed, list(panels.values()))
         frames = {}
-        for title, name, use_entities in (("GPT2", "GPT2", False), ("GPT2E (with entities)", "GPT2E", True)):
-            model, tokenizer = finetuned_model(config, name, seed)
-            coref, encoded = similarity_docs(config, tokenizer)
-            meta, vectors, _ = mention_vectors(model, coref, encoded, config.seq_len, use_entities)
-            frames[title] = tsne_frame(meta, vectors, config.tsne_entities, seed=seed).to_dict("records")
+        for title, key in panels.items():
+            meta, points, _ = vectors[key]
+            frames[title] = tsne_frame(meta, points, config.tsne_entities, seed=seed).to_dict("records")
         return {"frames": frames}
 
     return {title: pd.DataFrame(rows) for title, rows in cached(STUDY, run_config, fn)["frames"].items()}
