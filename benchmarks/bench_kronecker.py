@@ -30,6 +30,12 @@ is narrower. A speed-up below the FLOP ratio is overhead: small matmuls, memory 
     python benchmarks/bench_kronecker.py                  # all sizes, CPU, 1 thread, 2048 tokens
     python benchmarks/bench_kronecker.py --size "ours 192->768" --previous
     python benchmarks/bench_kronecker.py --device cuda --tokens 8192
+    python benchmarks/bench_kronecker.py --size "gpt2 768->3072" --scheme 64,32 --compile max-autotune --clock cpu
+
+``--compile MODE`` also times the factored layer under ``torch.compile(mode=MODE)``, interleaved with the eager
+one (the warm-up runs compile it; ``goal`` stays the eager layer's, the one the models use);
+with ``max-autotune`` Inductor's C++ GEMM template is offered beside ATen's kernels (on the CPU that is what the
+mode can add: a generated micro-GEMM, autotuned against MKL per matmul).
 """
 
 from __future__ import annotations
@@ -107,6 +113,15 @@ def time_forward_backward(layer: torch.nn.Module, x: torch.Tensor, grad: torch.T
     return clock() - start
 
 
+def parse_a_shape(text: str) -> tuple[int, int]:
+    """``"64,32"`` -> ``(64, 32)``; a clear error otherwise."""
+    try:
+        rows, cols = (int(side) for side in text.split(","))
+    except ValueError:
+        raise SystemExit(f"--scheme wants two integers P,Q (A's shape, e.g. 64,32), got {text!r}") from None
+    return rows, cols
+
+
 def goal_status(a_shape, b_shape, flop_ratio: float, speedup: float) -> str:
     """``met`` / ``NOT met`` against half the FLOP ratio, or ``-`` when a factor side is below 8."""
     if min(*a_shape, *b_shape) < GOAL_MIN_SIDE:
@@ -116,7 +131,7 @@ def goal_status(a_shape, b_shape, flop_ratio: float, speedup: float) -> str:
 
 def benchmark_scheme(
     shape: tuple[int, int], scheme: Scheme, tokens: int, repeats: int, warmup: int, device: torch.device,
-    previous=None, clock=time.perf_counter,
+    previous=None, clock=time.perf_counter, compile_mode: str | None = None,
 ) -> dict:
     """Median forward+backward times of the dense and the factored layer (and the previous forward) for one scheme."""
     out_features, in_features = shape
@@ -127,6 +142,8 @@ def benchmark_scheme(
     layers = {"dense": dense, "kron": factored}
     if previous is not None:
         layers["previous"] = _Previous(factored, previous)
+    if compile_mode:
+        layers["compiled"] = torch.compile(factored, mode=compile_mode)
     x = torch.randn(tokens, in_features, device=device, generator=generator, requires_grad=True)
     grad = torch.randn(tokens, out_features, device=device, generator=generator)
     times = {name: [] for name in layers}
@@ -147,6 +164,7 @@ def benchmark_scheme(
         "ms": {name: 1e3 * statistics.median(values) for name, values in times.items()},
         "speedup": speedups["kron"],
         "previous_speedup": speedups.get("previous"),
+        "compiled_speedup": speedups.get("compiled"),
         "goal": goal_status(a_shape, b_shape, flop_ratio, speedups["kron"]),
     }
 
@@ -157,6 +175,8 @@ def format_rows(size: str, rows: list[dict]) -> str:
     header = f"{'size':<16} {'A':<12} {'B':<9} {'factors':<7} {'FLOP ratio':>10} {'dense ms':>9} "
     header += f"{'before ms':>9} {'before':>7} " if previous else ""
     header += f"{'kron ms':>9} {'speed-up':>9} {'goal':>8}"
+    compiled = rows[0]["compiled_speedup"] is not None
+    header += f" {'compiled ms':>11} {'speed-up':>9}" if compiled else ""
     lines = [header, "-" * len(header)]
     for row in rows:
         line = (f"{size:<16} {str(row['a_shape']):<12} {str(row['b_shape']):<9} {str(row['factors']):<7} "
@@ -164,6 +184,8 @@ def format_rows(size: str, rows: list[dict]) -> str:
         if previous:
             line += f"{row['ms']['previous']:>9.2f} {row['previous_speedup']:>7.2f} "
         line += f"{row['ms']['kron']:>9.2f} {row['speedup']:>9.2f} {row['goal']:>8}"
+        if compiled:
+            line += f" {row['ms']['compiled']:>11.2f} {row['compiled_speedup']:>9.2f}"
         lines.append(line)
     return "\n".join(lines)
 
@@ -177,11 +199,22 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--device", default="cpu", help="cpu or cuda")
     parser.add_argument("--threads", type=int, default=1, help="torch CPU threads (default 1)")
     parser.add_argument("--size", choices=list(sizes()), action="append", help="only these sizes (repeatable)")
+    parser.add_argument("--scheme", action="append", metavar="P,Q",
+                        help="only the schemes whose A (c_fc's, paper layout) is P x Q (repeatable)")
     parser.add_argument("--previous", action="store_true", help="also time the forward from before issue 20")
+    parser.add_argument("--compile", metavar="MODE", help="also time the factored layer under "
+                        "torch.compile(mode=MODE), e.g. default or max-autotune (the warm-up runs compile it)")
     parser.add_argument("--clock", choices=list(CLOCKS), default="wall",
                         help="wall: elapsed time (default); cpu: this process's CPU time, which other jobs on a "
                              "shared machine do not inflate (meaningful with one thread on the CPU)")
     args = parser.parse_args(argv)
+    schemes_wanted = {parse_a_shape(text) for text in args.scheme or []}
+    if args.compile and args.warmup < 1:
+        parser.error("--compile needs at least one warm-up run (the first call compiles)")
+    if args.compile == "max-autotune":
+        import torch._inductor.config as inductor_config
+
+        inductor_config.max_autotune_gemm_backends = "CPP,ATEN"  # offer the C++ micro-GEMM template beside MKL
 
     device = torch.device(args.device)
     if device.type == "cpu":
@@ -191,14 +224,19 @@ def main(argv: list[str] | None = None) -> int:
         f"torch {torch.__version__}, device {device}, threads {torch.get_num_threads()}, "
         f"{args.tokens} tokens, median of {args.repeats} after {args.warmup} warm-up, forward + backward, "
         f"{args.clock} clock, load average {os.getloadavg()[0]:.2f}"
+        + (f", compiled: torch.compile(mode={args.compile!r})" if args.compile else "")
     )
     with torch.no_grad():
         torch.zeros(1, device=device)  # initialise the device before timing
     for size, (shape, schemes) in sizes().items():
         if args.size and size not in args.size:
             continue
+        if schemes_wanted:
+            schemes = [scheme for scheme in schemes if scheme[0] in schemes_wanted]
+        if not schemes:
+            continue
         rows = [benchmark_scheme(shape, scheme, args.tokens, args.repeats, args.warmup, device, previous,
-                                 CLOCKS[args.clock]) for scheme in schemes]
+                                 CLOCKS[args.clock], args.compile) for scheme in schemes]
         print()
         print(format_rows(size, rows), flush=True)
     print(f"\nload average at the end: {os.getloadavg()[0]:.2f}")

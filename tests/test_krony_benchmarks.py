@@ -25,6 +25,18 @@ def test_kronecker_bench_reports_the_goal_and_the_previous_layer(capsys):
     assert bench.goal_status((192, 192), (4, 1), flop_ratio=3.9, speedup=1.0) == "-"
 
 
+def test_kronecker_bench_scheme_filter_and_compile_checks(capsys):
+    bench = load_bench("bench_kronecker")
+    assert bench.main(["--tokens", "8", "--repeats", "1", "--warmup", "0", "--size", "ours 192->768",
+                       "--scheme", "24,12", "--clock", "cpu"]) == 0
+    rows = [line for line in capsys.readouterr().out.splitlines() if line.startswith("ours 192->768")]
+    assert len(rows) == 3 and all("(24, 12)" in row for row in rows)  # one factor, 4, 4 + scalars; no (384, 192)
+    with pytest.raises(SystemExit):  # compiling happens in the warm-up, so none is refused
+        bench.main(["--compile", "default", "--warmup", "0", "--size", "ours 192->768"])
+    with pytest.raises(SystemExit, match="two integers"):
+        bench.main(["--scheme", "64x32"])
+
+
 def test_krony_inference_bench_compares_base_dense_and_factored_forms(tmp_path):
     tokenizer = train_bpe(["the cat sat on the mat and the dog sat on the log"] * 20, vocab_size=300)
     torch.manual_seed(0)
