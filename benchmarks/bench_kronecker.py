@@ -41,6 +41,7 @@ mode can add: a generated micro-GEMM, autotuned against MKL per matmul).
 from __future__ import annotations
 
 import argparse
+import copy
 import importlib.util
 import os
 import statistics
@@ -50,6 +51,7 @@ from pathlib import Path
 import torch
 from transformers.pytorch_utils import Conv1D
 
+from lmstudy.krony import fused
 from lmstudy.krony.model import KroneckerConfig, KroneckerLinear, partner_shape
 from lmstudy.krony.study import CLASSES, class_a_shape
 from lmstudy.krony.table import PAPER_TABLE_1
@@ -139,13 +141,17 @@ def benchmark_scheme(
     generator = torch.Generator(device=device).manual_seed(0)
     dense = Conv1D(out_features, in_features).to(device)
     factored = KroneckerLinear.from_conv1d(dense, a_shape, n_factors, scalars, init="random", generator=generator)
+    x = torch.randn(tokens, in_features, device=device, generator=generator, requires_grad=True)
+    grad = torch.randn(tokens, out_features, device=device, generator=generator)
     layers = {"dense": dense, "kron": factored}
+    if fused.applies(x, factored.a_factors):
+        blas = copy.deepcopy(factored)
+        blas.fused = False  # the same layer on its BLAS plans, beside the fused kernel
+        layers["blas"] = blas
     if previous is not None:
         layers["previous"] = _Previous(factored, previous)
     if compile_mode:
         layers["compiled"] = torch.compile(factored, mode=compile_mode)
-    x = torch.randn(tokens, in_features, device=device, generator=generator, requires_grad=True)
-    grad = torch.randn(tokens, out_features, device=device, generator=generator)
     times = {name: [] for name in layers}
     for run in range(warmup + repeats):
         for name, layer in layers.items():
@@ -165,6 +171,7 @@ def benchmark_scheme(
         "speedup": speedups["kron"],
         "previous_speedup": speedups.get("previous"),
         "compiled_speedup": speedups.get("compiled"),
+        "blas_speedup": speedups.get("blas"),
         "goal": goal_status(a_shape, b_shape, flop_ratio, speedups["kron"]),
     }
 
@@ -174,6 +181,8 @@ def format_rows(size: str, rows: list[dict]) -> str:
     previous = rows[0]["previous_speedup"] is not None
     header = f"{'size':<16} {'A':<12} {'B':<9} {'factors':<7} {'FLOP ratio':>10} {'dense ms':>9} "
     header += f"{'before ms':>9} {'before':>7} " if previous else ""
+    blas = rows[0]["blas_speedup"] is not None
+    header += f"{'BLAS ms':>9} {'BLAS':>7} " if blas else ""
     header += f"{'kron ms':>9} {'speed-up':>9} {'goal':>8}"
     compiled = rows[0]["compiled_speedup"] is not None
     header += f" {'compiled ms':>11} {'speed-up':>9}" if compiled else ""
@@ -183,6 +192,8 @@ def format_rows(size: str, rows: list[dict]) -> str:
                 f"{row['flop_ratio']:>10.1f} {row['ms']['dense']:>9.2f} ")
         if previous:
             line += f"{row['ms']['previous']:>9.2f} {row['previous_speedup']:>7.2f} "
+        if blas:
+            line += f"{row['ms']['blas']:>9.2f} {row['blas_speedup']:>7.2f} "
         line += f"{row['ms']['kron']:>9.2f} {row['speedup']:>9.2f} {row['goal']:>8}"
         if compiled:
             line += f" {row['ms']['compiled']:>11.2f} {row['compiled_speedup']:>9.2f}"

@@ -11,6 +11,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from transformers import GPT2Config, GPT2LMHeadModel
 from transformers.pytorch_utils import Conv1D
 
+from lmstudy.krony import fused
 from lmstudy.krony import table as krony_table
 from lmstudy.krony.model import (
     KroneckerConfig, KroneckerLinear, compress, compressed_parameter_count, decompress,
@@ -165,8 +166,8 @@ def test_prune_with_extra_factors_keeps_the_pruned_function():
 @pytest.mark.parametrize("n_factors", [1, 2, 5])
 @pytest.mark.parametrize("scalars", [False, True])
 @pytest.mark.parametrize("a_first", [True, False])
-@pytest.mark.parametrize("per_token", [True, False])
-def test_factored_forward_equals_the_dense_weight(n_factors, scalars, a_first, per_token):
+@pytest.mark.parametrize("per_token, use_fused", [(True, False), (False, False), (False, True)])
+def test_factored_forward_equals_the_dense_weight(n_factors, scalars, a_first, per_token, use_fused):
     conv = Conv1D(24, 20)
     with torch.no_grad():
         conv.bias.normal_()
@@ -175,7 +176,7 @@ def test_factored_forward_equals_the_dense_weight(n_factors, scalars, a_first, p
     if scalars:
         with torch.no_grad():
             layer.scalars.normal_(generator=generator)
-    layer.a_first, layer.per_token = a_first, per_token  # exercise all four plans
+    layer.a_first, layer.per_token, layer.fused = a_first, per_token, use_fused  # all four plans and the kernel
     x = torch.randn(3, 7, 20, generator=generator)
     dense = layer.to_dense_weight()  # (in, out)
     assert dense.shape == (20, 24)
@@ -204,7 +205,7 @@ class _RecordOps(TorchDispatchMode):
 def test_forward_never_builds_the_kronecker_product(a_shape, a_first, per_token):
     layer = KroneckerLinear.from_conv1d(Conv1D(128, 64), a_shape, n_factors=2, init="random")
     assert layer.a_first == a_first
-    layer.per_token = per_token
+    layer.per_token, layer.fused = per_token, False
     x = torch.randn(3, 64)
     with _RecordOps() as recorder:
         layer(x)
@@ -231,14 +232,17 @@ _REFERENCE_SCHEMES = [
 
 @pytest.mark.parametrize("shape, a_shape", _REFERENCE_SCHEMES)
 @pytest.mark.parametrize("n_factors, scalars", [(1, False), (2, True), (4, False), (4, True)])
-@pytest.mark.parametrize("plan", ["chosen", "A first, GEMM", "A first, per token", "B first, GEMM", "B first, per token"])
+@pytest.mark.parametrize("plan", ["chosen", "A first, GEMM", "A first, per token", "B first, GEMM", "B first, per token",
+                                  "A first, fused", "B first, fused"])
 def test_forward_and_gradients_equal_the_previous_implementation(shape, a_shape, n_factors, scalars, plan):
-    """Same output and same gradients (input, factors, scalars, bias) as the pre-issue-20 forward, in every plan."""
+    """Same output and same gradients (input, factors, scalars, bias) as the pre-issue-20 forward, in every plan
+    (the BLAS plans and the fused kernel in both orders; "chosen" is what the layer picks by itself)."""
     out_features, in_features = shape
     generator = torch.Generator().manual_seed(sum(a_shape) + n_factors)
     layer = KroneckerLinear(in_features, out_features, a_shape, n_factors, scalars)
     if plan != "chosen":
         layer.a_first, layer.per_token = plan.startswith("A"), plan.endswith("per token")
+        layer.fused = plan.endswith("fused")
     with torch.no_grad():
         layer.bias.normal_(generator=generator)
         if scalars:
@@ -259,6 +263,47 @@ def test_forward_and_gradients_equal_the_previous_implementation(shape, a_shape,
         scale = old[name].abs().max().item() + 1e-12
         assert new[name].shape == old[name].shape, name
         assert torch.allclose(new[name], old[name], rtol=1e-4, atol=1e-5 * scale), name
+
+
+def test_the_fused_kernel_is_built_and_chosen_on_the_cpu_in_float32():
+    # CI has g++ and ninja: a kernel that fails to build must fail here, not fall back silently.
+    assert fused.kernel() is not None, "the fused Kronecker kernel did not build (see the warning above)"
+    layer = KroneckerLinear(64, 128, (8, 16))
+    x = torch.randn(5, 64)
+    assert fused.applies(x, layer.a_factors)
+    assert not fused.applies(x.double(), layer.a_factors.double())  # float64: the BLAS plans
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        assert not fused.applies(x, layer.a_factors)  # mixed precision: the BLAS plans, whose matmuls autocast
+
+
+def test_the_fused_kernel_can_be_switched_off(monkeypatch):
+    monkeypatch.setenv(fused.ENV_SWITCH, "0")
+    fused.kernel.cache_clear()
+    try:
+        assert fused.kernel() is None
+        assert not fused.applies(torch.randn(2, 64), torch.randn(1, 8, 8))
+    finally:
+        monkeypatch.delenv(fused.ENV_SWITCH)
+        fused.kernel.cache_clear()
+
+
+def test_the_fused_kernel_splits_tokens_over_threads_with_the_same_result():
+    layer = KroneckerLinear(192, 768, (24, 12), n_factors=2)
+    x = torch.randn(67, 192)  # not a multiple of the thread count
+    grad = torch.randn(67, 768)
+    results = []
+    threads = torch.get_num_threads()
+    try:
+        for count in (1, 3):
+            torch.set_num_threads(count)
+            layer.zero_grad(set_to_none=True)
+            x_leaf = x.clone().requires_grad_()
+            layer(x_leaf).backward(grad)
+            results.append([x_leaf.grad] + [p.grad.clone() for p in layer.parameters()])
+    finally:
+        torch.set_num_threads(threads)
+    for one, several in zip(*results):  # the same sums, grouped in other chunks: float rounding only
+        assert torch.allclose(one, several, rtol=1e-4, atol=1e-5 * one.abs().max().item())
 
 
 def test_the_cheaper_contraction_order_is_chosen():

@@ -116,6 +116,8 @@ from tqdm.auto import tqdm
 from transformers import GPT2Config, GPT2LMHeadModel
 from transformers.pytorch_utils import Conv1D
 
+from lmstudy.krony import fused
+
 INITS = ("van_loan", "prune", "random")
 PER_TOKEN_MIN_WIDTH = 24  # KroneckerLinear.per_token: see the module docstring, "Speed"
 MLP_MATRICES = ("c_fc", "c_proj")
@@ -284,6 +286,9 @@ class KroneckerLinear(nn.Module):
         # Per-token batched matmuls pay off when each token's product is wide enough for the BLAS kernels:
         # its output width is t (A first: A X_n is (p, t)) or r (B first: A W_n is (p, r)).
         self.per_token = (t if self.a_first else r) >= PER_TOKEN_MIN_WIDTH
+        # On the CPU in float32 the fused kernel (lmstudy.krony.fused) runs both contractions token by token
+        # instead of the BLAS plans, when it could be built; False keeps the BLAS plans.
+        self.fused = True
 
     @classmethod
     def from_conv1d(
@@ -326,6 +331,9 @@ class KroneckerLinear(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """``x (..., in) -> (..., out)``: two contractions in the order and plan fixed at construction."""
         a, b = self.scaled_a_factors(), self.b_factors  # (f, p, q), (f, r, t)
+        if self.fused and fused.applies(x, a):
+            y = fused.FusedKronecker.apply(x.reshape(-1, self.in_features), a, b, self.bias, self.a_first)
+            return y.view(*x.shape[:-1], self.out_features)  # (N, p*r) -> (..., out)
         x_matrix = x.reshape(-1, self.a_shape[1], self.b_shape[1])  # (..., in) -> (N, q, t), x[j*t + l] = X[j, l]
         if self.a_first:
             plan = self._a_first_per_token if self.per_token else self._a_first_gemm

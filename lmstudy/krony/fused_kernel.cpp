@@ -1,0 +1,289 @@
+// Fused forward and backward of the Kronecker-factored layer on the CPU (float32): y = sum_f (A_f ⊗ B_f) x + bias.
+//
+// Why a kernel (issue 20): with BLAS, each of the layer's contractions is one call over all tokens, and every
+// intermediate (N x p*t or N x q*r floats) and the output make a round trip through memory between calls; the
+// products have sides of 8-48, where MKL runs far below its GEMM rate. Here each token's products run back to
+// back while its X, intermediate and Y are in L1/L2: per token a handful of tiny matmuls, all through one
+// register-blocked micro-kernel (`matmul_acc`). The factor gradients and the bias gradient are accumulated in
+// small per-thread buffers.
+//
+// Layouts (lmstudy/krony/model.py, "Orientation"): x (N, q*t) read per token as X (q, t); A (f, p, q); B (f, r, t);
+// y (N, p*r) written per token as Y (p, r). Per token and factor:
+//   A first:  U = A X (p, t),        Y += U Bᵀ
+//   B first:  W = X Bᵀ (q, r),       Y += A W
+// and backward (dY (p, r) given):
+//   A first:  dU = dY B (p, t);  dX += Aᵀ dU;  dA += dU Xᵀ;  dBᵀ += Uᵀ dY
+//   B first:  dW = Aᵀ dY (q, r); dX += dW B;   dA += dY Wᵀ;  dB += dWᵀ X
+// (U and W are recomputed in backward: from X in cache that costs about what reading them back would.)
+#include <torch/extension.h>
+#include <ATen/Parallel.h>
+
+#include <algorithm>
+#include <vector>
+
+#ifdef __AVX512F__
+#include <immintrin.h>
+#endif
+
+namespace {
+
+// A matrix operand read element by element (the broadcast side of the micro-kernel): any strides, so a
+// transposed view costs nothing.
+struct Strided {
+  const float* data;
+  int64_t row_stride, col_stride;
+  float at(int64_t i, int64_t k) const { return data[i * row_stride + k * col_stride]; }
+};
+
+#ifdef __AVX512F__
+inline __mmask16 tail_mask(int64_t valid) {
+  return valid >= 16 ? static_cast<__mmask16>(0xFFFF) : static_cast<__mmask16>((1u << valid) - 1u);
+}
+
+// C[ROWS, cols] += A[ROWS, K] * B[K, cols] for up to 16 * VECS columns: ROWS x VECS accumulators in registers.
+// Named variables, not an array: GCC spilled an accumulator array to the stack on every k (measured: 4x slower).
+#define LMSTUDY_ROWS(X) X(0) X(1) X(2) X(3) X(4) X(5) X(6) X(7)
+template <int ROWS, int VECS>
+inline void micro_kernel(int64_t cols, int64_t K, const float* a, int64_t a_row_stride, int64_t a_col_stride,
+                         const float* b, int64_t ldb, float* c, int64_t ldc) {
+  static_assert(ROWS >= 1 && ROWS <= 8 && (VECS == 1 || VECS == 2), "micro-kernel size");
+  const __mmask16 m0 = tail_mask(cols), m1 = VECS == 2 && cols > 16 ? tail_mask(cols - 16) : 0;
+#define LMSTUDY_DECLARE(r)                                                              \
+  __m512 c##r##0 = _mm512_setzero_ps(), c##r##1 = _mm512_setzero_ps();                \
+  const float* a##r = a + (r) * a_row_stride;                                          \
+  if constexpr (ROWS > (r)) {                                                          \
+    c##r##0 = _mm512_maskz_loadu_ps(m0, c + (r) * ldc);                                \
+    if constexpr (VECS == 2) c##r##1 = _mm512_maskz_loadu_ps(m1, c + (r) * ldc + 16);  \
+  }
+  LMSTUDY_ROWS(LMSTUDY_DECLARE)
+#undef LMSTUDY_DECLARE
+  for (int64_t k = 0; k < K; ++k) {
+    const __m512 b0 = _mm512_maskz_loadu_ps(m0, b + k * ldb);
+    const __m512 b1 = VECS == 2 ? _mm512_maskz_loadu_ps(m1, b + k * ldb + 16) : _mm512_setzero_ps();
+    const int64_t offset = k * a_col_stride;
+#define LMSTUDY_FMA(r)                                                  \
+    if constexpr (ROWS > (r)) {                                         \
+      const __m512 a_rk = _mm512_set1_ps(a##r[offset]);                 \
+      c##r##0 = _mm512_fmadd_ps(a_rk, b0, c##r##0);                     \
+      if constexpr (VECS == 2) c##r##1 = _mm512_fmadd_ps(a_rk, b1, c##r##1); \
+    }
+    LMSTUDY_ROWS(LMSTUDY_FMA)
+#undef LMSTUDY_FMA
+  }
+#define LMSTUDY_STORE(r)                                                        \
+  if constexpr (ROWS > (r)) {                                                   \
+    _mm512_mask_storeu_ps(c + (r) * ldc, m0, c##r##0);                          \
+    if constexpr (VECS == 2) _mm512_mask_storeu_ps(c + (r) * ldc + 16, m1, c##r##1); \
+  }
+  LMSTUDY_ROWS(LMSTUDY_STORE)
+#undef LMSTUDY_STORE
+}
+
+// All rows of one block of columns, ROWS at a time, then the remainder.
+template <int ROWS, int VECS>
+void column_block(int64_t rows, int64_t width, int64_t K, const Strided& a, const float* b, int64_t ldb, float* c,
+                  int64_t ldc) {
+  const int64_t rs = a.row_stride, cs = a.col_stride;
+  int64_t i = 0;
+  for (; i + ROWS <= rows; i += ROWS) micro_kernel<ROWS, VECS>(width, K, a.data + i * rs, rs, cs, b, ldb, c + i * ldc, ldc);
+  const float* ai = a.data + i * rs;
+  float* ci = c + i * ldc;
+  switch (rows - i) {  // fewer than ROWS rows left
+    case 7: micro_kernel<7, VECS>(width, K, ai, rs, cs, b, ldb, ci, ldc); break;
+    case 6: micro_kernel<6, VECS>(width, K, ai, rs, cs, b, ldb, ci, ldc); break;
+    case 5: micro_kernel<5, VECS>(width, K, ai, rs, cs, b, ldb, ci, ldc); break;
+    case 4: micro_kernel<4, VECS>(width, K, ai, rs, cs, b, ldb, ci, ldc); break;
+    case 3: micro_kernel<3, VECS>(width, K, ai, rs, cs, b, ldb, ci, ldc); break;
+    case 2: micro_kernel<2, VECS>(width, K, ai, rs, cs, b, ldb, ci, ldc); break;
+    case 1: micro_kernel<1, VECS>(width, K, ai, rs, cs, b, ldb, ci, ldc); break;
+    default: break;
+  }
+}
+#endif
+
+// C (rows x cols, row-major, leading dimension ldc) += A (rows x K, any strides) * B (K x cols, row-major, ldb).
+void matmul_acc(int64_t rows, int64_t cols, int64_t K, const Strided& a, const float* b, int64_t ldb, float* c,
+                int64_t ldc) {
+#ifdef __AVX512F__
+  // 32-column blocks with 6 rows (12 accumulators), a last block of at most 16 columns with 8 rows.
+  int64_t j0 = 0;
+  for (; j0 + 16 < cols; j0 += 32)
+    column_block<6, 2>(rows, std::min<int64_t>(32, cols - j0), K, a, b + j0, ldb, c + j0, ldc);
+  if (j0 < cols) column_block<8, 1>(rows, cols - j0, K, a, b + j0, ldb, c + j0, ldc);
+#else
+  // Portable path (correct everywhere; the compiler vectorises the inner loop as it can).
+  for (int64_t i = 0; i < rows; ++i)
+    for (int64_t k = 0; k < K; ++k) {
+      const float a_ik = a.at(i, k);
+      const float* bk = b + k * ldb;
+      float* ci = c + i * ldc;
+      for (int64_t j = 0; j < cols; ++j) ci[j] += a_ik * bk[j];
+    }
+#endif
+}
+
+Strided plain(const float* data, int64_t cols) { return {data, cols, 1}; }       // row-major (rows, cols)
+Strided transposed(const float* data, int64_t cols) { return {data, 1, cols}; }  // (cols, rows) seen transposed
+
+void transpose_into(const float* src, int64_t rows, int64_t cols, float* dst) {  // dst (cols, rows) = srcᵀ
+  for (int64_t i = 0; i < rows; ++i)
+    for (int64_t j = 0; j < cols; ++j) dst[j * rows + i] = src[i * cols + j];
+}
+
+void check_inputs(const torch::Tensor& x, const torch::Tensor& a, const torch::Tensor& b) {
+  for (const auto* t : {&x, &a, &b}) {
+    TORCH_CHECK(t->device().is_cpu() && t->scalar_type() == torch::kFloat32 && t->is_contiguous(),
+                "the fused Kronecker kernel takes contiguous float32 CPU tensors");
+  }
+  TORCH_CHECK(x.dim() == 2 && a.dim() == 3 && b.dim() == 3 && a.size(0) == b.size(0), "bad shapes");
+  TORCH_CHECK(x.size(1) == a.size(2) * b.size(2), "x's width must be q * t");
+}
+
+// Share of the micro-kernel's 16-float lanes that a product `cols` wide keeps busy: a product whose output side is
+// narrow (8, 12, 24) is cheaper computed transposed when the other side fills the lanes better.
+double lane_use(int64_t cols) { return static_cast<double>(cols) / (16.0 * ((cols + 15) / 16)); }
+
+void add_transposed(const float* src, int64_t rows, int64_t cols, float* dst) {  // dst (cols, rows) += srcᵀ
+  for (int64_t i = 0; i < rows; ++i)
+    for (int64_t j = 0; j < cols; ++j) dst[j * rows + i] += src[i * cols + j];
+}
+
+// How the per-token products are oriented for one call (fixed by the shapes, like the layer's order).
+struct Plan {
+  bool a_first;
+  bool mid_t;  // A first: compute Uᵀ = Xᵀ Aᵀ (t, p) instead of U (p, t). B first: dWᵀ = dYᵀ A (r, q) instead of dW.
+  bool dx_t;   // compute dXᵀ (t, q) and add it transposed, instead of dX (q, t)
+};
+
+Plan make_plan(bool a_first, int64_t p, int64_t q, int64_t r, int64_t t) {
+  if (a_first) return {true, lane_use(p) > lane_use(t), lane_use(q) > lane_use(t)};
+  const bool dw_t = lane_use(q) >= lane_use(r) && lane_use(q) > lane_use(t);  // dXᵀ = Bᵀ dWᵀ needs dWᵀ
+  return {false, dw_t, dw_t};
+}
+
+}  // namespace
+
+// y (N, p*r) = sum_f (A_f ⊗ B_f) x_n + bias for every token.
+torch::Tensor kron_forward(torch::Tensor x, torch::Tensor a, torch::Tensor b, torch::Tensor bias, bool a_first) {
+  check_inputs(x, a, b);
+  const int64_t n = x.size(0), f = a.size(0), p = a.size(1), q = a.size(2), r = b.size(1), t = b.size(2);
+  const Plan plan = make_plan(a_first, p, q, r, t);
+  auto y = torch::empty({n, p * r}, x.options());
+  auto a_t = a.transpose(1, 2).contiguous();  // (f, q, p): Aᵀ with contiguous rows (for Uᵀ = Xᵀ Aᵀ)
+  auto b_t = b.transpose(1, 2).contiguous();  // (f, t, r): Bᵀ with contiguous rows, the micro-kernel's B side
+  const float *xs = x.data_ptr<float>(), *as = a.data_ptr<float>(), *ats = a_t.data_ptr<float>();
+  const float *bts = b_t.data_ptr<float>(), *bias_data = bias.data_ptr<float>();
+  float* ys = y.data_ptr<float>();
+  at::parallel_for(0, n, 1, [&](int64_t begin, int64_t end) {
+    std::vector<float> mid(a_first ? p * t : q * r);  // U (p, t) or Uᵀ (t, p); W (q, r)
+    for (int64_t token = begin; token < end; ++token) {
+      const float* xn = xs + token * q * t;
+      float* yn = ys + token * p * r;
+      std::copy(bias_data, bias_data + p * r, yn);
+      for (int64_t k = 0; k < f; ++k) {
+        const float *ak = as + k * p * q, *atk = ats + k * q * p, *btk = bts + k * t * r;
+        std::fill(mid.begin(), mid.end(), 0.0f);
+        if (a_first && plan.mid_t) {
+          matmul_acc(t, p, q, transposed(xn, t), atk, p, mid.data(), p);    // Uᵀ = Xᵀ Aᵀ (t, p)
+          matmul_acc(p, r, t, transposed(mid.data(), p), btk, r, yn, r);    // Y += U Bᵀ
+        } else if (a_first) {
+          matmul_acc(p, t, q, plain(ak, q), xn, t, mid.data(), t);          // U = A X (p, t)
+          matmul_acc(p, r, t, plain(mid.data(), t), btk, r, yn, r);         // Y += U Bᵀ
+        } else {
+          matmul_acc(q, r, t, plain(xn, t), btk, r, mid.data(), r);         // W = X Bᵀ (q, r)
+          matmul_acc(p, r, q, plain(ak, q), mid.data(), r, yn, r);          // Y += A W
+        }
+      }
+    }
+  });
+  return y;
+}
+
+// Gradients of kron_forward: dx (N, q*t), da (f, p, q), db (f, r, t), dbias (p*r).
+std::vector<torch::Tensor> kron_backward(torch::Tensor dy, torch::Tensor x, torch::Tensor a, torch::Tensor b,
+                                         bool a_first) {
+  check_inputs(x, a, b);
+  dy = dy.contiguous();
+  const int64_t n = x.size(0), f = a.size(0), p = a.size(1), q = a.size(2), r = b.size(1), t = b.size(2);
+  const Plan plan = make_plan(a_first, p, q, r, t);
+  auto dx = torch::zeros_like(x);
+  auto a_t = a.transpose(1, 2).contiguous();  // (f, q, p)
+  auto b_t = b.transpose(1, 2).contiguous();  // (f, t, r)
+  const float *xs = x.data_ptr<float>(), *as = a.data_ptr<float>(), *ats = a_t.data_ptr<float>();
+  const float *bs = b.data_ptr<float>(), *bts = b_t.data_ptr<float>(), *dys = dy.data_ptr<float>();
+  float* dxs = dx.data_ptr<float>();
+  // One accumulator set per chunk of tokens (at most one chunk per thread), summed at the end.
+  const int64_t chunks = std::max<int64_t>(1, std::min<int64_t>(at::get_num_threads(), n));
+  const int64_t chunk_size = (n + chunks - 1) / chunks;
+  // per chunk: dA (f, p, q), dB (f, r, t) (A first accumulates dBᵀ (f, t, r)), dbias (p*r)
+  std::vector<std::vector<float>> grad_a(chunks, std::vector<float>(f * p * q, 0.0f));
+  std::vector<std::vector<float>> grad_b(chunks, std::vector<float>(f * r * t, 0.0f));
+  std::vector<std::vector<float>> grad_bias(chunks, std::vector<float>(p * r, 0.0f));
+  at::parallel_for(0, chunks, 1, [&](int64_t chunk_begin, int64_t chunk_end) {
+    const int64_t mid_size = a_first ? p * t : q * r;
+    std::vector<float> mid(mid_size), dmid(mid_size), dx_t(q * t);
+    std::vector<float> mid_t(a_first ? q * t : q * r);  // Xᵀ (t, q) for A first, Wᵀ (r, q) for B first
+    for (int64_t chunk = chunk_begin; chunk < chunk_end; ++chunk) {
+      float *ga = grad_a[chunk].data(), *gb = grad_b[chunk].data(), *gbias = grad_bias[chunk].data();
+      const int64_t end = std::min(n, (chunk + 1) * chunk_size);
+      for (int64_t token = chunk * chunk_size; token < end; ++token) {
+        const float* xn = xs + token * q * t;
+        const float* dyn = dys + token * p * r;
+        float* dxn = dxs + token * q * t;
+        for (int64_t i = 0; i < p * r; ++i) gbias[i] += dyn[i];
+        if (a_first) transpose_into(xn, q, t, mid_t.data());  // Xᵀ (t, q)
+        for (int64_t k = 0; k < f; ++k) {
+          const float *ak = as + k * p * q, *atk = ats + k * q * p, *bk = bs + k * r * t, *btk = bts + k * t * r;
+          float *gak = ga + k * p * q, *gbk = gb + k * r * t;
+          std::fill(mid.begin(), mid.end(), 0.0f);
+          std::fill(dmid.begin(), dmid.end(), 0.0f);
+          if (plan.dx_t) std::fill(dx_t.begin(), dx_t.end(), 0.0f);
+          if (a_first) {
+            if (plan.mid_t) matmul_acc(t, p, q, transposed(xn, t), atk, p, mid.data(), p);  // Uᵀ = Xᵀ Aᵀ (t, p)
+            else matmul_acc(p, t, q, plain(ak, q), xn, t, mid.data(), t);                     // U = A X (p, t)
+            const Strided u_t = plan.mid_t ? plain(mid.data(), p) : transposed(mid.data(), t);  // Uᵀ (t, p)
+            matmul_acc(p, t, r, plain(dyn, r), bk, t, dmid.data(), t);                  // dU = dY B (p, t)
+            if (plan.dx_t) {
+              matmul_acc(t, q, p, transposed(dmid.data(), t), ak, q, dx_t.data(), q);  // dXᵀ = dUᵀ A (t, q)
+              add_transposed(dx_t.data(), t, q, dxn);
+            } else {
+              matmul_acc(q, t, p, transposed(ak, q), dmid.data(), t, dxn, t);         // dX += Aᵀ dU
+            }
+            matmul_acc(p, q, t, plain(dmid.data(), t), mid_t.data(), q, gak, q);      // dA += dU Xᵀ
+            matmul_acc(t, r, p, u_t, dyn, r, gbk, r);                                 // dBᵀ += Uᵀ dY (t, r)
+          } else {
+            matmul_acc(q, r, t, plain(xn, t), btk, r, mid.data(), r);                 // W = X Bᵀ (q, r)
+            Strided dw_t;                                                             // dWᵀ (r, q)
+            if (plan.mid_t) {
+              matmul_acc(r, q, p, transposed(dyn, r), ak, q, dmid.data(), q);         // dWᵀ = dYᵀ A (r, q)
+              dw_t = plain(dmid.data(), q);
+              matmul_acc(t, q, r, transposed(bk, t), dmid.data(), q, dx_t.data(), q); // dXᵀ = Bᵀ dWᵀ (t, q)
+              add_transposed(dx_t.data(), t, q, dxn);
+            } else {
+              matmul_acc(q, r, p, transposed(ak, q), dyn, r, dmid.data(), r);         // dW = Aᵀ dY (q, r)
+              dw_t = transposed(dmid.data(), r);
+              matmul_acc(q, t, r, plain(dmid.data(), r), bk, t, dxn, t);              // dX += dW B
+            }
+            transpose_into(mid.data(), q, r, mid_t.data());                           // Wᵀ (r, q)
+            matmul_acc(p, q, r, plain(dyn, r), mid_t.data(), q, gak, q);              // dA += dY Wᵀ
+            matmul_acc(r, t, q, dw_t, xn, t, gbk, t);                                 // dB += dWᵀ X
+          }
+        }
+      }
+    }
+  });
+  auto da = torch::zeros_like(a), db = torch::zeros({f, a_first ? t : r, a_first ? r : t}, a.options());
+  auto dbias = torch::zeros({p * r}, a.options());
+  for (int64_t chunk = 0; chunk < chunks; ++chunk) {
+    da.add_(torch::from_blob(grad_a[chunk].data(), da.sizes(), a.options()));
+    db.add_(torch::from_blob(grad_b[chunk].data(), db.sizes(), a.options()));
+    dbias.add_(torch::from_blob(grad_bias[chunk].data(), dbias.sizes(), a.options()));
+  }
+  if (a_first) db = db.transpose(1, 2).contiguous();  // dBᵀ (f, t, r) -> dB (f, r, t)
+  return {dx, da, db, dbias};
+}
+
+PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
+  m.def("forward", &kron_forward, "fused Kronecker layer forward (CPU, float32)");
+  m.def("backward", &kron_backward, "fused Kronecker layer backward (CPU, float32)");
+}
