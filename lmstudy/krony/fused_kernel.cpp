@@ -45,15 +45,15 @@ inline __mmask16 tail_mask(int64_t valid) {
 #define LMSTUDY_ROWS(X) X(0) X(1) X(2) X(3) X(4) X(5) X(6) X(7)
 template <int ROWS, int VECS>
 inline void micro_kernel(int64_t cols, int64_t K, const float* a, int64_t a_row_stride, int64_t a_col_stride,
-                         const float* b, int64_t ldb, float* c, int64_t ldc) {
+                         const float* b, int64_t ldb, float* c, int64_t ldc, const float* start) {
   static_assert(ROWS >= 1 && ROWS <= 8 && (VECS == 1 || VECS == 2), "micro-kernel size");
   const __mmask16 m0 = tail_mask(cols), m1 = VECS == 2 && cols > 16 ? tail_mask(cols - 16) : 0;
 #define LMSTUDY_DECLARE(r)                                                              \
   __m512 c##r##0 = _mm512_setzero_ps(), c##r##1 = _mm512_setzero_ps();                \
   const float* a##r = a + (r) * a_row_stride;                                          \
-  if constexpr (ROWS > (r)) {                                                          \
-    c##r##0 = _mm512_maskz_loadu_ps(m0, c + (r) * ldc);                                \
-    if constexpr (VECS == 2) c##r##1 = _mm512_maskz_loadu_ps(m1, c + (r) * ldc + 16);  \
+  if (ROWS > (r) && start != nullptr) {                                                \
+    c##r##0 = _mm512_maskz_loadu_ps(m0, start + (r) * ldc);                            \
+    if constexpr (VECS == 2) c##r##1 = _mm512_maskz_loadu_ps(m1, start + (r) * ldc + 16); \
   }
   LMSTUDY_ROWS(LMSTUDY_DECLARE)
 #undef LMSTUDY_DECLARE
@@ -82,52 +82,68 @@ inline void micro_kernel(int64_t cols, int64_t K, const float* a, int64_t a_row_
 // All rows of one block of columns, ROWS at a time, then the remainder.
 template <int ROWS, int VECS>
 void column_block(int64_t rows, int64_t width, int64_t K, const Strided& a, const float* b, int64_t ldb, float* c,
-                  int64_t ldc) {
+                  int64_t ldc, const float* start) {
   const int64_t rs = a.row_stride, cs = a.col_stride;
   int64_t i = 0;
-  for (; i + ROWS <= rows; i += ROWS) micro_kernel<ROWS, VECS>(width, K, a.data + i * rs, rs, cs, b, ldb, c + i * ldc, ldc);
+  for (; i + ROWS <= rows; i += ROWS)
+    micro_kernel<ROWS, VECS>(width, K, a.data + i * rs, rs, cs, b, ldb, c + i * ldc, ldc, start ? start + i * ldc : nullptr);
   const float* ai = a.data + i * rs;
   float* ci = c + i * ldc;
+  const float* si = start ? start + i * ldc : nullptr;
   switch (rows - i) {  // fewer than ROWS rows left
-    case 7: micro_kernel<7, VECS>(width, K, ai, rs, cs, b, ldb, ci, ldc); break;
-    case 6: micro_kernel<6, VECS>(width, K, ai, rs, cs, b, ldb, ci, ldc); break;
-    case 5: micro_kernel<5, VECS>(width, K, ai, rs, cs, b, ldb, ci, ldc); break;
-    case 4: micro_kernel<4, VECS>(width, K, ai, rs, cs, b, ldb, ci, ldc); break;
-    case 3: micro_kernel<3, VECS>(width, K, ai, rs, cs, b, ldb, ci, ldc); break;
-    case 2: micro_kernel<2, VECS>(width, K, ai, rs, cs, b, ldb, ci, ldc); break;
-    case 1: micro_kernel<1, VECS>(width, K, ai, rs, cs, b, ldb, ci, ldc); break;
+    case 7: micro_kernel<7, VECS>(width, K, ai, rs, cs, b, ldb, ci, ldc, si); break;
+    case 6: micro_kernel<6, VECS>(width, K, ai, rs, cs, b, ldb, ci, ldc, si); break;
+    case 5: micro_kernel<5, VECS>(width, K, ai, rs, cs, b, ldb, ci, ldc, si); break;
+    case 4: micro_kernel<4, VECS>(width, K, ai, rs, cs, b, ldb, ci, ldc, si); break;
+    case 3: micro_kernel<3, VECS>(width, K, ai, rs, cs, b, ldb, ci, ldc, si); break;
+    case 2: micro_kernel<2, VECS>(width, K, ai, rs, cs, b, ldb, ci, ldc, si); break;
+    case 1: micro_kernel<1, VECS>(width, K, ai, rs, cs, b, ldb, ci, ldc, si); break;
     default: break;
   }
 }
 #endif
 
-// C (rows x cols, row-major, leading dimension ldc) += A (rows x K, any strides) * B (K x cols, row-major, ldb).
-void matmul_acc(int64_t rows, int64_t cols, int64_t K, const Strided& a, const float* b, int64_t ldb, float* c,
-                int64_t ldc) {
+// C (rows x cols, row-major, leading dimension ldc) = START + A (rows x K, any strides) * B (K x cols, row-major, ldb),
+// where START is a matrix with C's layout (C itself to accumulate, the bias to start from it) or nullptr for zeros:
+// a fresh product needs no zeroing pass and Y no bias-copy pass.
+void matmul(int64_t rows, int64_t cols, int64_t K, const Strided& a, const float* b, int64_t ldb, float* c,
+            int64_t ldc, const float* start) {
 #ifdef __AVX512F__
   // 32-column blocks with 6 rows (12 accumulators), a last block of at most 16 columns with 8 rows.
   int64_t j0 = 0;
   for (; j0 + 16 < cols; j0 += 32)
-    column_block<6, 2>(rows, std::min<int64_t>(32, cols - j0), K, a, b + j0, ldb, c + j0, ldc);
-  if (j0 < cols) column_block<8, 1>(rows, cols - j0, K, a, b + j0, ldb, c + j0, ldc);
+    column_block<6, 2>(rows, std::min<int64_t>(32, cols - j0), K, a, b + j0, ldb, c + j0, ldc, start ? start + j0 : nullptr);
+  if (j0 < cols) column_block<8, 1>(rows, cols - j0, K, a, b + j0, ldb, c + j0, ldc, start ? start + j0 : nullptr);
 #else
   // Portable path (correct everywhere; the compiler vectorises the inner loop as it can).
-  for (int64_t i = 0; i < rows; ++i)
+  for (int64_t i = 0; i < rows; ++i) {
+    float* ci = c + i * ldc;
+    for (int64_t j = 0; j < cols; ++j) ci[j] = start ? start[i * ldc + j] : 0.0f;
     for (int64_t k = 0; k < K; ++k) {
       const float a_ik = a.at(i, k);
       const float* bk = b + k * ldb;
-      float* ci = c + i * ldc;
       for (int64_t j = 0; j < cols; ++j) ci[j] += a_ik * bk[j];
     }
+  }
 #endif
+}
+
+void matmul_acc(int64_t rows, int64_t cols, int64_t K, const Strided& a, const float* b, int64_t ldb, float* c,
+                int64_t ldc) {  // C += A B
+  matmul(rows, cols, K, a, b, ldb, c, ldc, c);
+}
+
+void matmul_new(int64_t rows, int64_t cols, int64_t K, const Strided& a, const float* b, int64_t ldb, float* c,
+                int64_t ldc) {  // C = A B
+  matmul(rows, cols, K, a, b, ldb, c, ldc, nullptr);
 }
 
 Strided plain(const float* data, int64_t cols) { return {data, cols, 1}; }       // row-major (rows, cols)
 Strided transposed(const float* data, int64_t cols) { return {data, 1, cols}; }  // (cols, rows) seen transposed
 
 void transpose_into(const float* src, int64_t rows, int64_t cols, float* dst) {  // dst (cols, rows) = srcᵀ
-  for (int64_t i = 0; i < rows; ++i)
-    for (int64_t j = 0; j < cols; ++j) dst[j * rows + i] = src[i * cols + j];
+  for (int64_t j = 0; j < cols; ++j)  // contiguous writes: the compiler gathers the reads
+    for (int64_t i = 0; i < rows; ++i) dst[j * rows + i] = src[i * cols + j];
 }
 
 void check_inputs(const torch::Tensor& x, const torch::Tensor& a, const torch::Tensor& b) {
@@ -143,9 +159,13 @@ void check_inputs(const torch::Tensor& x, const torch::Tensor& a, const torch::T
 // narrow (8, 12, 24) is cheaper computed transposed when the other side fills the lanes better.
 double lane_use(int64_t cols) { return static_cast<double>(cols) / (16.0 * ((cols + 15) / 16)); }
 
-void add_transposed(const float* src, int64_t rows, int64_t cols, float* dst) {  // dst (cols, rows) += srcᵀ
-  for (int64_t i = 0; i < rows; ++i)
-    for (int64_t j = 0; j < cols; ++j) dst[j * rows + i] += src[i * cols + j];
+void put_transposed(const float* src, int64_t rows, int64_t cols, float* dst, bool add) {  // dst (cols, rows) (+)= srcᵀ
+  if (add) {
+    for (int64_t j = 0; j < cols; ++j)
+      for (int64_t i = 0; i < rows; ++i) dst[j * rows + i] += src[i * cols + j];
+  } else {
+    transpose_into(src, rows, cols, dst);
+  }
 }
 
 // How the per-token products are oriented for one call (fixed by the shapes, like the layer's order).
@@ -179,19 +199,18 @@ torch::Tensor kron_forward(torch::Tensor x, torch::Tensor a, torch::Tensor b, to
     for (int64_t token = begin; token < end; ++token) {
       const float* xn = xs + token * q * t;
       float* yn = ys + token * p * r;
-      std::copy(bias_data, bias_data + p * r, yn);
       for (int64_t k = 0; k < f; ++k) {
         const float *ak = as + k * p * q, *atk = ats + k * q * p, *btk = bts + k * t * r;
-        std::fill(mid.begin(), mid.end(), 0.0f);
+        const float* y_start = k == 0 ? bias_data : yn;  // the first factor starts from the bias
         if (a_first && plan.mid_t) {
-          matmul_acc(t, p, q, transposed(xn, t), atk, p, mid.data(), p);    // Uᵀ = Xᵀ Aᵀ (t, p)
-          matmul_acc(p, r, t, transposed(mid.data(), p), btk, r, yn, r);    // Y += U Bᵀ
+          matmul_new(t, p, q, transposed(xn, t), atk, p, mid.data(), p);            // Uᵀ = Xᵀ Aᵀ (t, p)
+          matmul(p, r, t, transposed(mid.data(), p), btk, r, yn, r, y_start);      // Y += U Bᵀ
         } else if (a_first) {
-          matmul_acc(p, t, q, plain(ak, q), xn, t, mid.data(), t);          // U = A X (p, t)
-          matmul_acc(p, r, t, plain(mid.data(), t), btk, r, yn, r);         // Y += U Bᵀ
+          matmul_new(p, t, q, plain(ak, q), xn, t, mid.data(), t);                  // U = A X (p, t)
+          matmul(p, r, t, plain(mid.data(), t), btk, r, yn, r, y_start);           // Y += U Bᵀ
         } else {
-          matmul_acc(q, r, t, plain(xn, t), btk, r, mid.data(), r);         // W = X Bᵀ (q, r)
-          matmul_acc(p, r, q, plain(ak, q), mid.data(), r, yn, r);          // Y += A W
+          matmul_new(q, r, t, plain(xn, t), btk, r, mid.data(), r);                 // W = X Bᵀ (q, r)
+          matmul(p, r, q, plain(ak, q), mid.data(), r, yn, r, y_start);            // Y += A W
         }
       }
     }
@@ -206,7 +225,7 @@ std::vector<torch::Tensor> kron_backward(torch::Tensor dy, torch::Tensor x, torc
   dy = dy.contiguous();
   const int64_t n = x.size(0), f = a.size(0), p = a.size(1), q = a.size(2), r = b.size(1), t = b.size(2);
   const Plan plan = make_plan(a_first, p, q, r, t);
-  auto dx = torch::zeros_like(x);
+  auto dx = torch::empty_like(x);  // the first factor writes it, the others add
   auto a_t = a.transpose(1, 2).contiguous();  // (f, q, p)
   auto b_t = b.transpose(1, 2).contiguous();  // (f, t, r)
   const float *xs = x.data_ptr<float>(), *as = a.data_ptr<float>(), *ats = a_t.data_ptr<float>();
@@ -235,34 +254,32 @@ std::vector<torch::Tensor> kron_backward(torch::Tensor dy, torch::Tensor x, torc
         for (int64_t k = 0; k < f; ++k) {
           const float *ak = as + k * p * q, *atk = ats + k * q * p, *bk = bs + k * r * t, *btk = bts + k * t * r;
           float *gak = ga + k * p * q, *gbk = gb + k * r * t;
-          std::fill(mid.begin(), mid.end(), 0.0f);
-          std::fill(dmid.begin(), dmid.end(), 0.0f);
-          if (plan.dx_t) std::fill(dx_t.begin(), dx_t.end(), 0.0f);
+          const float* dx_start = k == 0 ? nullptr : dxn;
           if (a_first) {
-            if (plan.mid_t) matmul_acc(t, p, q, transposed(xn, t), atk, p, mid.data(), p);  // Uᵀ = Xᵀ Aᵀ (t, p)
-            else matmul_acc(p, t, q, plain(ak, q), xn, t, mid.data(), t);                     // U = A X (p, t)
+            if (plan.mid_t) matmul_new(t, p, q, transposed(xn, t), atk, p, mid.data(), p);  // Uᵀ = Xᵀ Aᵀ (t, p)
+            else matmul_new(p, t, q, plain(ak, q), xn, t, mid.data(), t);                     // U = A X (p, t)
             const Strided u_t = plan.mid_t ? plain(mid.data(), p) : transposed(mid.data(), t);  // Uᵀ (t, p)
-            matmul_acc(p, t, r, plain(dyn, r), bk, t, dmid.data(), t);                  // dU = dY B (p, t)
+            matmul_new(p, t, r, plain(dyn, r), bk, t, dmid.data(), t);                  // dU = dY B (p, t)
             if (plan.dx_t) {
-              matmul_acc(t, q, p, transposed(dmid.data(), t), ak, q, dx_t.data(), q);  // dXᵀ = dUᵀ A (t, q)
-              add_transposed(dx_t.data(), t, q, dxn);
+              matmul_new(t, q, p, transposed(dmid.data(), t), ak, q, dx_t.data(), q);  // dXᵀ = dUᵀ A (t, q)
+              put_transposed(dx_t.data(), t, q, dxn, k > 0);
             } else {
-              matmul_acc(q, t, p, transposed(ak, q), dmid.data(), t, dxn, t);         // dX += Aᵀ dU
+              matmul(q, t, p, transposed(ak, q), dmid.data(), t, dxn, t, dx_start);   // dX += Aᵀ dU
             }
             matmul_acc(p, q, t, plain(dmid.data(), t), mid_t.data(), q, gak, q);      // dA += dU Xᵀ
             matmul_acc(t, r, p, u_t, dyn, r, gbk, r);                                 // dBᵀ += Uᵀ dY (t, r)
           } else {
-            matmul_acc(q, r, t, plain(xn, t), btk, r, mid.data(), r);                 // W = X Bᵀ (q, r)
+            matmul_new(q, r, t, plain(xn, t), btk, r, mid.data(), r);                 // W = X Bᵀ (q, r)
             Strided dw_t;                                                             // dWᵀ (r, q)
             if (plan.mid_t) {
-              matmul_acc(r, q, p, transposed(dyn, r), ak, q, dmid.data(), q);         // dWᵀ = dYᵀ A (r, q)
+              matmul_new(r, q, p, transposed(dyn, r), ak, q, dmid.data(), q);         // dWᵀ = dYᵀ A (r, q)
               dw_t = plain(dmid.data(), q);
-              matmul_acc(t, q, r, transposed(bk, t), dmid.data(), q, dx_t.data(), q); // dXᵀ = Bᵀ dWᵀ (t, q)
-              add_transposed(dx_t.data(), t, q, dxn);
+              matmul_new(t, q, r, transposed(bk, t), dmid.data(), q, dx_t.data(), q); // dXᵀ = Bᵀ dWᵀ (t, q)
+              put_transposed(dx_t.data(), t, q, dxn, k > 0);
             } else {
-              matmul_acc(q, r, p, transposed(ak, q), dyn, r, dmid.data(), r);         // dW = Aᵀ dY (q, r)
+              matmul_new(q, r, p, transposed(ak, q), dyn, r, dmid.data(), r);         // dW = Aᵀ dY (q, r)
               dw_t = transposed(dmid.data(), r);
-              matmul_acc(q, t, r, plain(dmid.data(), r), bk, t, dxn, t);              // dX += dW B
+              matmul(q, t, r, plain(dmid.data(), r), bk, t, dxn, t, dx_start);        // dX += dW B
             }
             transpose_into(mid.data(), q, r, mid_t.data());                           // Wᵀ (r, q)
             matmul_acc(p, q, r, plain(dyn, r), mid_t.data(), q, gak, q);              // dA += dY Wᵀ
