@@ -271,6 +271,9 @@ def test_the_fused_kernel_is_built_and_chosen_on_the_cpu_in_float32():
     layer = KroneckerLinear(64, 128, (8, 16))
     x = torch.randn(5, 64)
     assert fused.applies(x, layer.a_factors)
+    # Chosen for factors at least 6 wide on every side; B = (4, 1) (GPT-2 small's 81M class) keeps its GEMM plan.
+    assert layer.fused and KroneckerLinear(768, 3072, (64, 32)).fused
+    assert not KroneckerLinear(768, 3072, (768, 768)).fused
     assert not fused.applies(x.double(), layer.a_factors.double())  # float64: the BLAS plans
     with torch.autocast("cpu", dtype=torch.bfloat16):
         assert not fused.applies(x, layer.a_factors)  # mixed precision: the BLAS plans, whose matmuls autocast

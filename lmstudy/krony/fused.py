@@ -59,14 +59,17 @@ class FusedKronecker(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x: torch.Tensor, a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor, a_first: bool):
         x, a, b = x.contiguous(), a.contiguous(), b.contiguous()  # x (N, q*t), a (f, p, q), b (f, r, t)
-        ctx.save_for_backward(x, a, b)
+        # Backward reads each token's intermediate (U = A X or W = X Bᵀ) kept here, instead of recomputing it
+        # (as big per token as the input or the output; none is kept when no gradient is wanted).
+        y, intermediates = kernel().forward(x, a, b, bias.contiguous(), a_first, any(ctx.needs_input_grad))
+        ctx.save_for_backward(x, a, b, intermediates)
         ctx.a_first = a_first
-        return kernel().forward(x, a, b, bias.contiguous(), a_first)
+        return y
 
     @staticmethod
     def backward(ctx, grad_y: torch.Tensor):
-        x, a, b = ctx.saved_tensors
-        grad_x, grad_a, grad_b, grad_bias = kernel().backward(grad_y, x, a, b, ctx.a_first)
+        x, a, b, intermediates = ctx.saved_tensors
+        grad_x, grad_a, grad_b, grad_bias = kernel().backward(grad_y, x, a, b, intermediates, ctx.a_first)
         return grad_x, grad_a, grad_b, grad_bias, None
 
 

@@ -14,7 +14,7 @@
 // and backward (dY (p, r) given):
 //   A first:  dU = dY B (p, t);  dX += Aᵀ dU;  dA += dU Xᵀ;  dBᵀ += Uᵀ dY
 //   B first:  dW = Aᵀ dY (q, r); dX += dW B;   dA += dY Wᵀ;  dB += dWᵀ X
-// (U and W are recomputed in backward: from X in cache that costs about what reading them back would.)
+// (forward keeps U or W for backward: recomputing them cost a quarter of backward's products.)
 #include <torch/extension.h>
 #include <ATen/Parallel.h>
 
@@ -183,53 +183,59 @@ Plan make_plan(bool a_first, int64_t p, int64_t q, int64_t r, int64_t t) {
 
 }  // namespace
 
-// y (N, p*r) = sum_f (A_f ⊗ B_f) x_n + bias for every token.
-torch::Tensor kron_forward(torch::Tensor x, torch::Tensor a, torch::Tensor b, torch::Tensor bias, bool a_first) {
+// y (N, p*r) = sum_f (A_f ⊗ B_f) x_n + bias for every token. With `keep`, also returns every token's intermediates
+// (N, f, p*t or q*r: U, Uᵀ or W as the plan computes them) for backward; else an empty tensor.
+std::vector<torch::Tensor> kron_forward(torch::Tensor x, torch::Tensor a, torch::Tensor b, torch::Tensor bias,
+                                        bool a_first, bool keep) {
   check_inputs(x, a, b);
   const int64_t n = x.size(0), f = a.size(0), p = a.size(1), q = a.size(2), r = b.size(1), t = b.size(2);
   const Plan plan = make_plan(a_first, p, q, r, t);
+  const int64_t mid_size = a_first ? p * t : q * r;
   auto y = torch::empty({n, p * r}, x.options());
+  auto mids = torch::empty({keep ? n : 0, f, mid_size}, x.options());
+  float* mids_data = mids.data_ptr<float>();
   auto a_t = a.transpose(1, 2).contiguous();  // (f, q, p): Aᵀ with contiguous rows (for Uᵀ = Xᵀ Aᵀ)
   auto b_t = b.transpose(1, 2).contiguous();  // (f, t, r): Bᵀ with contiguous rows, the micro-kernel's B side
   const float *xs = x.data_ptr<float>(), *as = a.data_ptr<float>(), *ats = a_t.data_ptr<float>();
   const float *bts = b_t.data_ptr<float>(), *bias_data = bias.data_ptr<float>();
   float* ys = y.data_ptr<float>();
   at::parallel_for(0, n, 1, [&](int64_t begin, int64_t end) {
-    std::vector<float> mid(a_first ? p * t : q * r);  // U (p, t) or Uᵀ (t, p); W (q, r)
+    std::vector<float> scratch(keep ? 0 : mid_size);  // U (p, t) or Uᵀ (t, p); W (q, r)
     for (int64_t token = begin; token < end; ++token) {
       const float* xn = xs + token * q * t;
       float* yn = ys + token * p * r;
       for (int64_t k = 0; k < f; ++k) {
         const float *ak = as + k * p * q, *atk = ats + k * q * p, *btk = bts + k * t * r;
         const float* y_start = k == 0 ? bias_data : yn;  // the first factor starts from the bias
+        float* mid = keep ? mids_data + (token * f + k) * mid_size : scratch.data();
         if (a_first && plan.mid_t) {
-          matmul_new(t, p, q, transposed(xn, t), atk, p, mid.data(), p);            // Uᵀ = Xᵀ Aᵀ (t, p)
-          matmul(p, r, t, transposed(mid.data(), p), btk, r, yn, r, y_start);      // Y += U Bᵀ
+          matmul_new(t, p, q, transposed(xn, t), atk, p, mid, p);            // Uᵀ = Xᵀ Aᵀ (t, p)
+          matmul(p, r, t, transposed(mid, p), btk, r, yn, r, y_start);      // Y += U Bᵀ
         } else if (a_first) {
-          matmul_new(p, t, q, plain(ak, q), xn, t, mid.data(), t);                  // U = A X (p, t)
-          matmul(p, r, t, plain(mid.data(), t), btk, r, yn, r, y_start);           // Y += U Bᵀ
+          matmul_new(p, t, q, plain(ak, q), xn, t, mid, t);                  // U = A X (p, t)
+          matmul(p, r, t, plain(mid, t), btk, r, yn, r, y_start);           // Y += U Bᵀ
         } else {
-          matmul_new(q, r, t, plain(xn, t), btk, r, mid.data(), r);                 // W = X Bᵀ (q, r)
-          matmul(p, r, q, plain(ak, q), mid.data(), r, yn, r, y_start);            // Y += A W
+          matmul_new(q, r, t, plain(xn, t), btk, r, mid, r);                 // W = X Bᵀ (q, r)
+          matmul(p, r, q, plain(ak, q), mid, r, yn, r, y_start);            // Y += A W
         }
       }
     }
   });
-  return y;
+  return {y, mids};
 }
 
 // Gradients of kron_forward: dx (N, q*t), da (f, p, q), db (f, r, t), dbias (p*r).
 std::vector<torch::Tensor> kron_backward(torch::Tensor dy, torch::Tensor x, torch::Tensor a, torch::Tensor b,
-                                         bool a_first) {
+                                         torch::Tensor mids, bool a_first) {
   check_inputs(x, a, b);
+  TORCH_CHECK(mids.is_contiguous() && mids.size(0) == x.size(0), "backward needs forward's intermediates (keep)");
+  const float* mids_data = mids.data_ptr<float>();
   dy = dy.contiguous();
   const int64_t n = x.size(0), f = a.size(0), p = a.size(1), q = a.size(2), r = b.size(1), t = b.size(2);
   const Plan plan = make_plan(a_first, p, q, r, t);
   auto dx = torch::empty_like(x);  // the first factor writes it, the others add
-  auto a_t = a.transpose(1, 2).contiguous();  // (f, q, p)
-  auto b_t = b.transpose(1, 2).contiguous();  // (f, t, r)
-  const float *xs = x.data_ptr<float>(), *as = a.data_ptr<float>(), *ats = a_t.data_ptr<float>();
-  const float *bs = b.data_ptr<float>(), *bts = b_t.data_ptr<float>(), *dys = dy.data_ptr<float>();
+  const float *xs = x.data_ptr<float>(), *as = a.data_ptr<float>(), *bs = b.data_ptr<float>();
+  const float* dys = dy.data_ptr<float>();
   float* dxs = dx.data_ptr<float>();
   // One accumulator set per chunk of tokens (at most one chunk per thread), summed at the end.
   const int64_t chunks = std::max<int64_t>(1, std::min<int64_t>(at::get_num_threads(), n));
@@ -240,7 +246,7 @@ std::vector<torch::Tensor> kron_backward(torch::Tensor dy, torch::Tensor x, torc
   std::vector<std::vector<float>> grad_bias(chunks, std::vector<float>(p * r, 0.0f));
   at::parallel_for(0, chunks, 1, [&](int64_t chunk_begin, int64_t chunk_end) {
     const int64_t mid_size = a_first ? p * t : q * r;
-    std::vector<float> mid(mid_size), dmid(mid_size), dx_t(q * t);
+    std::vector<float> dmid(mid_size), dx_t(q * t);
     std::vector<float> mid_t(a_first ? q * t : q * r);  // Xᵀ (t, q) for A first, Wᵀ (r, q) for B first
     for (int64_t chunk = chunk_begin; chunk < chunk_end; ++chunk) {
       float *ga = grad_a[chunk].data(), *gb = grad_b[chunk].data(), *gbias = grad_bias[chunk].data();
@@ -252,13 +258,12 @@ std::vector<torch::Tensor> kron_backward(torch::Tensor dy, torch::Tensor x, torc
         for (int64_t i = 0; i < p * r; ++i) gbias[i] += dyn[i];
         if (a_first) transpose_into(xn, q, t, mid_t.data());  // Xᵀ (t, q)
         for (int64_t k = 0; k < f; ++k) {
-          const float *ak = as + k * p * q, *atk = ats + k * q * p, *bk = bs + k * r * t, *btk = bts + k * t * r;
+          const float *ak = as + k * p * q, *bk = bs + k * r * t;
           float *gak = ga + k * p * q, *gbk = gb + k * r * t;
           const float* dx_start = k == 0 ? nullptr : dxn;
+          const float* mid = mids_data + (token * f + k) * mid_size;  // U / Uᵀ / W, kept by forward
           if (a_first) {
-            if (plan.mid_t) matmul_new(t, p, q, transposed(xn, t), atk, p, mid.data(), p);  // Uᵀ = Xᵀ Aᵀ (t, p)
-            else matmul_new(p, t, q, plain(ak, q), xn, t, mid.data(), t);                     // U = A X (p, t)
-            const Strided u_t = plan.mid_t ? plain(mid.data(), p) : transposed(mid.data(), t);  // Uᵀ (t, p)
+            const Strided u_t = plan.mid_t ? plain(mid, p) : transposed(mid, t);       // Uᵀ (t, p)
             matmul_new(p, t, r, plain(dyn, r), bk, t, dmid.data(), t);                  // dU = dY B (p, t)
             if (plan.dx_t) {
               matmul_new(t, q, p, transposed(dmid.data(), t), ak, q, dx_t.data(), q);  // dXᵀ = dUᵀ A (t, q)
@@ -269,7 +274,6 @@ std::vector<torch::Tensor> kron_backward(torch::Tensor dy, torch::Tensor x, torc
             matmul_acc(p, q, t, plain(dmid.data(), t), mid_t.data(), q, gak, q);      // dA += dU Xᵀ
             matmul_acc(t, r, p, u_t, dyn, r, gbk, r);                                 // dBᵀ += Uᵀ dY (t, r)
           } else {
-            matmul_new(q, r, t, plain(xn, t), btk, r, mid.data(), r);                 // W = X Bᵀ (q, r)
             Strided dw_t;                                                             // dWᵀ (r, q)
             if (plan.mid_t) {
               matmul_new(r, q, p, transposed(dyn, r), ak, q, dmid.data(), q);         // dWᵀ = dYᵀ A (r, q)
@@ -281,7 +285,7 @@ std::vector<torch::Tensor> kron_backward(torch::Tensor dy, torch::Tensor x, torc
               dw_t = transposed(dmid.data(), r);
               matmul(q, t, r, plain(dmid.data(), r), bk, t, dxn, t, dx_start);        // dX += dW B
             }
-            transpose_into(mid.data(), q, r, mid_t.data());                           // Wᵀ (r, q)
+            transpose_into(mid, q, r, mid_t.data());                                  // Wᵀ (r, q)
             matmul_acc(p, q, r, plain(dyn, r), mid_t.data(), q, gak, q);              // dA += dY Wᵀ
             matmul_acc(r, t, q, dw_t, xn, t, gbk, t);                                 // dB += dWᵀ X
           }

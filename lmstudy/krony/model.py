@@ -120,6 +120,7 @@ from lmstudy.krony import fused
 
 INITS = ("van_loan", "prune", "random")
 PER_TOKEN_MIN_WIDTH = 24  # KroneckerLinear.per_token: see the module docstring, "Speed"
+FUSED_MIN_SIDE = 6  # KroneckerLinear.fused: the fused kernel for factors at least this wide on every side
 MLP_MATRICES = ("c_fc", "c_proj")
 
 Shape = tuple[int, int]
@@ -287,8 +288,10 @@ class KroneckerLinear(nn.Module):
         # its output width is t (A first: A X_n is (p, t)) or r (B first: A W_n is (p, r)).
         self.per_token = (t if self.a_first else r) >= PER_TOKEN_MIN_WIDTH
         # On the CPU in float32 the fused kernel (lmstudy.krony.fused) runs both contractions token by token
-        # instead of the BLAS plans, when it could be built; False keeps the BLAS plans.
-        self.fused = True
+        # instead of the BLAS plans, when it could be built, for factors at least FUSED_MIN_SIDE wide on every side:
+        # a narrower side (B = (4, 1) of the 96M / 81M classes) leaves its 16-float lanes mostly idle, where the
+        # GEMM plan runs one full-width GEMM (measured for every Table 1 scheme: benchmarks/README.md).
+        self.fused = min(p, q, r, t) >= FUSED_MIN_SIDE
 
     @classmethod
     def from_conv1d(
