@@ -42,11 +42,11 @@ inline __mmask16 tail_mask(int64_t valid) {
 
 // C[ROWS, cols] += A[ROWS, K] * B[K, cols] for up to 16 * VECS columns: ROWS x VECS accumulators in registers.
 // Named variables, not an array: GCC spilled an accumulator array to the stack on every k (measured: 4x slower).
-#define LMSTUDY_ROWS(X) X(0) X(1) X(2) X(3) X(4) X(5) X(6) X(7)
+#define LMSTUDY_ROWS(X) X(0) X(1) X(2) X(3) X(4) X(5) X(6) X(7) X(8) X(9) X(10) X(11)
 template <int ROWS, int VECS>
 inline void micro_kernel(int64_t cols, int64_t K, const float* a, int64_t a_row_stride, int64_t a_col_stride,
                          const float* b, int64_t ldb, float* c, int64_t ldc, const float* start) {
-  static_assert(ROWS >= 1 && ROWS <= 8 && (VECS == 1 || VECS == 2), "micro-kernel size");
+  static_assert(ROWS >= 1 && ROWS <= 12 && (VECS == 1 || VECS == 2), "micro-kernel size");
   const __mmask16 m0 = tail_mask(cols), m1 = VECS == 2 && cols > 16 ? tail_mask(cols - 16) : 0;
 #define LMSTUDY_DECLARE(r)                                                              \
   __m512 c##r##0 = _mm512_setzero_ps(), c##r##1 = _mm512_setzero_ps();                \
@@ -91,6 +91,10 @@ void column_block(int64_t rows, int64_t width, int64_t K, const Strided& a, cons
   float* ci = c + i * ldc;
   const float* si = start ? start + i * ldc : nullptr;
   switch (rows - i) {  // fewer than ROWS rows left
+    case 11: micro_kernel<11, VECS>(width, K, ai, rs, cs, b, ldb, ci, ldc, si); break;
+    case 10: micro_kernel<10, VECS>(width, K, ai, rs, cs, b, ldb, ci, ldc, si); break;
+    case 9: micro_kernel<9, VECS>(width, K, ai, rs, cs, b, ldb, ci, ldc, si); break;
+    case 8: micro_kernel<8, VECS>(width, K, ai, rs, cs, b, ldb, ci, ldc, si); break;
     case 7: micro_kernel<7, VECS>(width, K, ai, rs, cs, b, ldb, ci, ldc, si); break;
     case 6: micro_kernel<6, VECS>(width, K, ai, rs, cs, b, ldb, ci, ldc, si); break;
     case 5: micro_kernel<5, VECS>(width, K, ai, rs, cs, b, ldb, ci, ldc, si); break;
@@ -109,11 +113,11 @@ void column_block(int64_t rows, int64_t width, int64_t K, const Strided& a, cons
 void matmul(int64_t rows, int64_t cols, int64_t K, const Strided& a, const float* b, int64_t ldb, float* c,
             int64_t ldc, const float* start) {
 #ifdef __AVX512F__
-  // 32-column blocks with 6 rows (12 accumulators), a last block of at most 16 columns with 8 rows.
+  // 32-column blocks with 8 rows (16 accumulators), a last block of at most 16 columns with 12 rows.
   int64_t j0 = 0;
   for (; j0 + 16 < cols; j0 += 32)
-    column_block<6, 2>(rows, std::min<int64_t>(32, cols - j0), K, a, b + j0, ldb, c + j0, ldc, start ? start + j0 : nullptr);
-  if (j0 < cols) column_block<8, 1>(rows, cols - j0, K, a, b + j0, ldb, c + j0, ldc, start ? start + j0 : nullptr);
+    column_block<8, 2>(rows, std::min<int64_t>(32, cols - j0), K, a, b + j0, ldb, c + j0, ldc, start ? start + j0 : nullptr);
+  if (j0 < cols) column_block<12, 1>(rows, cols - j0, K, a, b + j0, ldb, c + j0, ldc, start ? start + j0 : nullptr);
 #else
   // Portable path (correct everywhere; the compiler vectorises the inner loop as it can).
   for (int64_t i = 0; i < rows; ++i) {
