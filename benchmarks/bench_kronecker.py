@@ -144,7 +144,7 @@ def benchmark_scheme(
     x = torch.randn(tokens, in_features, device=device, generator=generator, requires_grad=True)
     grad = torch.randn(tokens, out_features, device=device, generator=generator)
     layers = {"dense": dense, "kron": factored}
-    if fused.applies(x, factored.a_factors):
+    if factored.fused and fused.applies(x, factored.a_factors):
         blas = copy.deepcopy(factored)
         blas.fused = False  # the same layer on its BLAS plans, beside the fused kernel
         layers["blas"] = blas
@@ -181,7 +181,7 @@ def format_rows(size: str, rows: list[dict]) -> str:
     previous = rows[0]["previous_speedup"] is not None
     header = f"{'size':<16} {'A':<12} {'B':<9} {'factors':<7} {'FLOP ratio':>10} {'dense ms':>9} "
     header += f"{'before ms':>9} {'before':>7} " if previous else ""
-    blas = rows[0]["blas_speedup"] is not None
+    blas = any(row["blas_speedup"] is not None for row in rows)  # schemes on the fused kernel: BLAS beside it
     header += f"{'BLAS ms':>9} {'BLAS':>7} " if blas else ""
     header += f"{'kron ms':>9} {'speed-up':>9} {'goal':>8}"
     compiled = rows[0]["compiled_speedup"] is not None
@@ -192,7 +192,9 @@ def format_rows(size: str, rows: list[dict]) -> str:
                 f"{row['flop_ratio']:>10.1f} {row['ms']['dense']:>9.2f} ")
         if previous:
             line += f"{row['ms']['previous']:>9.2f} {row['previous_speedup']:>7.2f} "
-        if blas:
+        if blas and row["blas_speedup"] is None:
+            line += f"{'-':>9} {'-':>7} "  # this scheme's layer runs its BLAS plan: the kron columns are it
+        elif blas:
             line += f"{row['ms']['blas']:>9.2f} {row['blas_speedup']:>7.2f} "
         line += f"{row['ms']['kron']:>9.2f} {row['speedup']:>9.2f} {row['goal']:>8}"
         if compiled:

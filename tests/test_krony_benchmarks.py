@@ -19,6 +19,10 @@ def test_kronecker_bench_reports_the_goal_and_the_previous_layer(capsys):
                        "--previous", "--clock", "cpu"]) == 0
     printed = capsys.readouterr().out
     assert "before ms" in printed and "goal" in printed and "(24, 12)" in printed
+    # The tiny-factor class runs the fused kernel, timed beside its BLAS plans; B = (2, 1) runs BLAS only.
+    rows = {line.split(")")[0]: line for line in printed.splitlines() if line.startswith("ours")}
+    assert "BLAS ms" in printed
+    assert rows["ours 192->768    (384, 192"].split()[-5:-3] == ["-", "-"]
     # The goal covers factors at least 8 wide on every side; B = (4, 1) is outside it.
     assert bench.goal_status((24, 12), (32, 16), flop_ratio=9.6, speedup=4.8) == "met"
     assert bench.goal_status((24, 12), (32, 16), flop_ratio=9.6, speedup=4.7) == "NOT met"

@@ -6,9 +6,10 @@ elsewhere). The reasons are in its header comment and in ``benchmarks/README.md`
 
 It is compiled with ``torch.utils.cpp_extension.load`` the first time a process asks for it (g++ and ninja;
 about a minute once per machine, then cached in ``$TORCH_EXTENSIONS_DIR``, default
-``~/.cache/torch_extensions``) with ``-O3 -march=native``. Where it cannot be built, :func:`kernel` returns
-``None`` with one warning and the layer keeps its BLAS plans: the result is the same up to float rounding.
-``LMSTUDY_KRONY_FUSED=0`` turns it off.
+``~/.cache/torch_extensions``) with ``-O3 -march=native -funroll-loops``: for this machine's CPU (a cache folder
+shared with a machine of another CPU family needs ``TORCH_EXTENSIONS_DIR`` set apart). Where it cannot be built,
+:func:`kernel` returns ``None`` with one warning and the layer keeps its BLAS plans: the result is the same up to
+float rounding. ``LMSTUDY_KRONY_FUSED=0`` turns it off; ``layer.fused = False`` keeps one layer on its BLAS plans.
 """
 
 from __future__ import annotations

@@ -58,19 +58,25 @@ memory passes over output-sized tensors: the bias is added in place into the fre
 a view of it: autograd would then copy the whole gradient again in backward, ``CopySlices``), and B first
 adds it in the same pass that transposes the output back.
 
-What it gives, forward + backward of one MLP matrix, 2,048 tokens, one thread, speed-up over the dense
+What the BLAS plans give, forward + backward of one MLP matrix, 2,048 tokens, one thread, speed-up over the dense
 ``Conv1D`` (before -> after; CPU time on the shared 2-core machine, ``--clock cpu --previous``): the shared
 base's 67M class 1.74 -> 2.76 (``c_fc``) and 2.32 -> 3.87 (``c_proj``) of a 9.6 FLOP ratio, its 4 factors
 0.70 -> 0.80-0.94 of 2.4; GPT-2 small's tiny-factor schemes 3.6-8.5 -> 3.8-8.7 of 11.5-27.4 (e.g.
 ``(96, 32)``: 5.53 -> 7.70 of 19.2); the 96M / 81M classes unchanged (1.3 / 2.2-2.4 at our dims).
 
-What limits the rest: the goal (half the FLOP ratio) asks the factored layer to run its FLOPs at half the
-rate of the dense GEMM, but every matmul of a tiny-factor scheme has a side of 8-48: MKL runs them at
-19-43 GFLOP/s on this CPU against ~90 for the dense ``2048 x 768 x 3072`` GEMM (one thread), and the bias
-add and its gradient are two memory-bound passes over the ``N x out`` tensor (about 7% of the factored
-layer's time at GPT-2 dims, 15% at ours). With 4 factors at our dims the intermediate (``f*q*r`` per token) is
-twice the output, so the layer is bound by memory traffic. Beating that needs a fused kernel (the two
-contractions and the bias in one pass over tiles of tokens), not a different arrangement of BLAS calls.
+Their limit: every matmul of a tiny-factor scheme has a side of 8-48, where MKL runs far below its GEMM rate, and
+every intermediate and the output make a round trip through memory between the BLAS calls.
+
+The fused kernel (``lmstudy.krony.fused``, ``fused_kernel.cpp``)
+-----------------------------------------------------------------
+On the CPU in float32, for factors at least ``FUSED_MIN_SIDE`` (6) wide on every side, the layer runs neither
+plan but a C++ kernel (built on first use): each token's products run back to back while its ``X``, intermediate
+and ``Y`` are in cache, all through one register-blocked AVX-512 micro-kernel; each product is oriented so that its
+output rows fill the 16-float lanes; the first factor starts from the bias and the factor and bias gradients
+accumulate in per-thread buffers. Forward keeps each token's intermediate (``U = A X`` or ``W = X Bᵀ``) for
+backward. Narrower factors (``B = (4, 1)``) keep the GEMM plan, where it is several times faster. Measured for
+every scheme, with the BLAS plans beside it: ``benchmarks/README.md`` ("Kronecker layer"); the same numbers as the
+reference forward, in both orders: ``tests/test_kronecker.py``.
 
 Initialisations
 ---------------
