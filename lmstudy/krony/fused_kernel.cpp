@@ -4,7 +4,8 @@
 // intermediate (N x p*t or N x q*r floats) and the output make a round trip through memory between calls; the
 // products have sides of 8-48, where MKL runs far below its GEMM rate. Here each token's products run back to
 // back while its X, intermediate and Y are in L1/L2: per token a handful of tiny matmuls, all through one
-// register-blocked micro-kernel (`matmul_acc`). The factor gradients and the bias gradient are accumulated in
+// register-blocked micro-kernel (`matmul`), each product oriented so that its output rows fill the 16-float lanes
+// (`Plan`). The first factor starts from the bias; the factor gradients and the bias gradient are accumulated in
 // small per-thread buffers.
 //
 // Layouts (lmstudy/krony/model.py, "Orientation"): x (N, q*t) read per token as X (q, t); A (f, p, q); B (f, r, t);
@@ -40,8 +41,9 @@ inline __mmask16 tail_mask(int64_t valid) {
   return valid >= 16 ? static_cast<__mmask16>(0xFFFF) : static_cast<__mmask16>((1u << valid) - 1u);
 }
 
-// C[ROWS, cols] += A[ROWS, K] * B[K, cols] for up to 16 * VECS columns: ROWS x VECS accumulators in registers.
-// Named variables, not an array: GCC spilled an accumulator array to the stack on every k (measured: 4x slower).
+// C[ROWS, cols] = START + A[ROWS, K] * B[K, cols] for up to 16 * VECS columns (START: C's layout, or nullptr for
+// zeros): ROWS x VECS accumulators in registers. Named variables, not an array: GCC spilled an accumulator array
+// to the stack on every k (the whole layer was 2.4x slower).
 #define LMSTUDY_ROWS(X) X(0) X(1) X(2) X(3) X(4) X(5) X(6) X(7) X(8) X(9) X(10) X(11)
 template <int ROWS, int VECS>
 inline void micro_kernel(int64_t cols, int64_t K, const float* a, int64_t a_row_stride, int64_t a_col_stride,
