@@ -212,6 +212,14 @@ def test_protocol_metrics_flatten_the_protocol_table(monkeypatch):
     assert metrics["news_ppl"] == 120.0 and metrics["lambada_ppl"] == 700.0 and metrics["lambada_acc_high"] == 0.05
 
 
+def test_squared_singular_values_from_the_gram_matrix_equal_the_svds():
+    generator = torch.Generator().manual_seed(0)
+    for shape in [(48, 12), (12, 48), (30, 30)]:
+        matrix = torch.randn(shape, dtype=torch.float64, generator=generator)
+        expected = torch.linalg.svdvals(matrix) ** 2
+        assert torch.allclose(study._squared_singular_values(matrix), expected, rtol=1e-10, atol=1e-10)
+
+
 def test_van_loan_error_meets_the_svd_bound():
     torch.manual_seed(0)
     model = GPT2LMHeadModel(GPT2Config(vocab_size=50, n_positions=8, n_embd=16, n_layer=2, n_head=2))
