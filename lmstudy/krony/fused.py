@@ -38,8 +38,8 @@ def kernel():
     try:
         from torch.utils.cpp_extension import load
 
-        return load(name="lmstudy_krony_fused", sources=[str(SOURCE)], extra_cflags=["-O3", "-march=native", "-funroll-loops"],
-                    verbose=False)
+        return load(name="lmstudy_krony_fused", sources=[str(SOURCE)], verbose=False,
+                    extra_cflags=["-O3", "-march=native", "-funroll-loops"])
     except Exception as error:  # no compiler, no ninja, a build error: keep the BLAS plans, say so once
         warnings.warn(f"the fused Kronecker kernel could not be built ({type(error).__name__}: "
                       f"{str(error).strip().splitlines()[-1] if str(error).strip() else ''}); "
