@@ -88,7 +88,8 @@ void column_block(int64_t rows, int64_t width, int64_t K, const Strided& a, cons
   const int64_t rs = a.row_stride, cs = a.col_stride;
   int64_t i = 0;
   for (; i + ROWS <= rows; i += ROWS)
-    micro_kernel<ROWS, VECS>(width, K, a.data + i * rs, rs, cs, b, ldb, c + i * ldc, ldc, start ? start + i * ldc : nullptr);
+    micro_kernel<ROWS, VECS>(width, K, a.data + i * rs, rs, cs, b, ldb, c + i * ldc, ldc,
+                             start ? start + i * ldc : nullptr);
   const float* ai = a.data + i * rs;
   float* ci = c + i * ldc;
   const float* si = start ? start + i * ldc : nullptr;
@@ -118,7 +119,8 @@ void matmul(int64_t rows, int64_t cols, int64_t K, const Strided& a, const float
   // 32-column blocks with 8 rows (16 accumulators), a last block of at most 16 columns with 12 rows.
   int64_t j0 = 0;
   for (; j0 + 16 < cols; j0 += 32)
-    column_block<8, 2>(rows, std::min<int64_t>(32, cols - j0), K, a, b + j0, ldb, c + j0, ldc, start ? start + j0 : nullptr);
+    column_block<8, 2>(rows, std::min<int64_t>(32, cols - j0), K, a, b + j0, ldb, c + j0, ldc,
+                       start ? start + j0 : nullptr);
   if (j0 < cols) column_block<12, 1>(rows, cols - j0, K, a, b + j0, ldb, c + j0, ldc, start ? start + j0 : nullptr);
 #else
   // Portable path (correct everywhere; the compiler vectorises the inner loop as it can).
@@ -165,7 +167,8 @@ void check_inputs(const torch::Tensor& x, const torch::Tensor& a, const torch::T
 // narrow (8, 12, 24) is cheaper computed transposed when the other side fills the lanes better.
 double lane_use(int64_t cols) { return static_cast<double>(cols) / (16.0 * ((cols + 15) / 16)); }
 
-void put_transposed(const float* src, int64_t rows, int64_t cols, float* dst, bool add) {  // dst (cols, rows) (+)= srcᵀ
+// dst (cols, rows) = srcᵀ, or += srcᵀ with `add`
+void put_transposed(const float* src, int64_t rows, int64_t cols, float* dst, bool add) {
   if (add) {
     for (int64_t j = 0; j < cols; ++j)
       for (int64_t i = 0; i < rows; ++i) dst[j * rows + i] += src[i * cols + j];
@@ -177,7 +180,7 @@ void put_transposed(const float* src, int64_t rows, int64_t cols, float* dst, bo
 // How the per-token products are oriented for one call (fixed by the shapes, like the layer's order).
 struct Plan {
   bool a_first;
-  bool mid_t;  // A first: compute Uᵀ = Xᵀ Aᵀ (t, p) instead of U (p, t). B first: dWᵀ = dYᵀ A (r, q) instead of dW.
+  bool mid_t;  // A first: Uᵀ = Xᵀ Aᵀ (t, p) instead of U (p, t); B first: dWᵀ = dYᵀ A (r, q) instead of dW
   bool dx_t;   // compute dXᵀ (t, q) and add it transposed, instead of dX (q, t)
 };
 

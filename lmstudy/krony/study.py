@@ -812,7 +812,8 @@ def reconstruction_errors(model: GPT2LMHeadModel, classes: list[str]) -> pd.Data
                 error = (weight - torch.kron(a[0], b[0])).norm() / norm
                 (p, q), (r, t) = a_shape, b_shape
                 rearranged = weight.reshape(p, r, q, t).permute(0, 2, 1, 3).reshape(p * q, r * t)  # R(W): (p*q, r*t)
-                bound = _squared_singular_values(rearranged)[1:].sum().sqrt() / norm  # Eckart–Young: best rank 1 of R(W)
+                # Eckart–Young: the error of the best rank-1 approximation of R(W)
+                bound = _squared_singular_values(rearranged)[1:].sum().sqrt() / norm
                 # Truncated SVD of W itself with at most the pair's parameter count (k * (out + in) <= p*q + r*t).
                 k = factor_pair_parameters(a_shape, b_shape) // sum(weight.shape)
                 lowrank = squared_singular_values[k:].sum().sqrt() / norm
