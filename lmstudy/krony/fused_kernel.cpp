@@ -179,15 +179,14 @@ void put_transposed(const float* src, int64_t rows, int64_t cols, float* dst, bo
 
 // How the per-token products are oriented for one call (fixed by the shapes, like the layer's order).
 struct Plan {
-  bool a_first;
   bool mid_t;  // A first: Uᵀ = Xᵀ Aᵀ (t, p) instead of U (p, t); B first: dWᵀ = dYᵀ A (r, q) instead of dW
   bool dx_t;   // compute dXᵀ (t, q) and add it transposed, instead of dX (q, t)
 };
 
 Plan make_plan(bool a_first, int64_t p, int64_t q, int64_t r, int64_t t) {
-  if (a_first) return {true, lane_use(p) > lane_use(t), lane_use(q) > lane_use(t)};
+  if (a_first) return {lane_use(p) > lane_use(t), lane_use(q) > lane_use(t)};
   const bool dw_t = lane_use(q) >= lane_use(r) && lane_use(q) > lane_use(t);  // dXᵀ = Bᵀ dWᵀ needs dWᵀ
-  return {false, dw_t, dw_t};
+  return {dw_t, dw_t};
 }
 
 }  // namespace
@@ -242,6 +241,7 @@ std::vector<torch::Tensor> kron_backward(torch::Tensor dy, torch::Tensor x, torc
   dy = dy.contiguous();
   const int64_t n = x.size(0), f = a.size(0), p = a.size(1), q = a.size(2), r = b.size(1), t = b.size(2);
   const Plan plan = make_plan(a_first, p, q, r, t);
+  const int64_t mid_size = a_first ? p * t : q * r;
   auto dx = torch::empty_like(x);  // the first factor writes it, the others add
   const float *xs = x.data_ptr<float>(), *as = a.data_ptr<float>(), *bs = b.data_ptr<float>();
   const float* dys = dy.data_ptr<float>();
@@ -254,7 +254,6 @@ std::vector<torch::Tensor> kron_backward(torch::Tensor dy, torch::Tensor x, torc
   std::vector<std::vector<float>> grad_b(chunks, std::vector<float>(f * r * t, 0.0f));
   std::vector<std::vector<float>> grad_bias(chunks, std::vector<float>(p * r, 0.0f));
   at::parallel_for(0, chunks, 1, [&](int64_t chunk_begin, int64_t chunk_end) {
-    const int64_t mid_size = a_first ? p * t : q * r;
     std::vector<float> dmid(mid_size), dx_t(q * t);
     std::vector<float> mid_t(a_first ? q * t : q * r);  // Xᵀ (t, q) for A first, Wᵀ (r, q) for B first
     for (int64_t chunk = chunk_begin; chunk < chunk_end; ++chunk) {
