@@ -99,6 +99,8 @@ class BaseConfig:
     checkpoint_fractions: tuple[float, ...] = (0.1, 0.3, 1.0)
     seed: int = 0
     compile: bool = False  # torch.compile the model (in place: checkpoints keep plain GPT-2 names)
+    # "bf16" on a GPU (the paper preset): autocast in the training step; weights, optimizer and evaluation stay fp32
+    mixed_precision: str = "no"
 
     @property
     def tokens_per_step(self) -> int:
@@ -119,7 +121,7 @@ class BaseConfig:
             max_steps=steps, lr=self.lr, weight_decay=self.weight_decay, betas=(0.9, 0.95),
             lr_schedule="cosine", warmup_steps=round(self.warmup_fraction * steps), eval_every=every,
             checkpoint_every=every, log_every=max(1, min(50, every // 4)), seed=self.seed,
-            keep_checkpoints=tuple(self.kept_steps().values()),
+            keep_checkpoints=tuple(self.kept_steps().values()), mixed_precision=self.mixed_precision,
         )
 
     @classmethod
@@ -302,9 +304,12 @@ def build_model(config: BaseConfig, tokenizer) -> GPT2LMHeadModel:
 
 
 def run_config(config: BaseConfig) -> dict:
-    """The run's identity: the config without ``compile``, which changes how fast, not what is trained."""
+    """The run's identity: the config without ``compile``, which changes how fast, not what is trained, and
+    without ``mixed_precision`` when it is "no" (the runs trained before it existed keep their identity)."""
     values = asdict(config)
     del values["compile"]
+    if values["mixed_precision"] == "no":
+        del values["mixed_precision"]
     return values
 
 
@@ -392,7 +397,7 @@ def final_config(scale: str, model: BaseModelConfig | None = None, **overrides) 
     model = model or _model(params["model"])
     tokens = params["compute"] / flops_per_token(model, data.vocab_size)
     return BaseConfig(data=data, model=model, train_tokens=int(tokens), batch_size=params["batch_size"],
-                      lr=params["lr"], compile=params["compile"], **recipe)
+                      lr=params["lr"], compile=params["compile"], mixed_precision=params["mixed_precision"], **recipe)
 
 
 def sweep_configs(scale: str) -> list[BaseConfig]:
@@ -406,7 +411,8 @@ def sweep_configs(scale: str) -> list[BaseConfig]:
         model = replace(_model(size), seq_len=params["model"]["seq_len"])
         tokens = params["sweep_fraction"] * params["compute"] / flops_per_token(model, data.vocab_size)
         configs.append(BaseConfig(data=data, model=model, train_tokens=int(tokens), batch_size=params["sweep_batch_size"],
-                                  lr=params["lr"], eval_every_fraction=0.1, checkpoint_fractions=(1.0,)))
+                                  lr=params["lr"], eval_every_fraction=0.1, checkpoint_fractions=(1.0,),
+                                  mixed_precision=params["mixed_precision"]))
     return configs
 
 

@@ -22,14 +22,28 @@ def _parse_size(text: str):
     return BaseModelConfig(n_layer=n_layer, n_head=n_head, n_embd=n_embd)
 
 
+def _parse_overrides(text: str | None) -> dict:
+    """``--overrides "{compute: 1.0e+16, data: {data_fraction: 0.1}}"`` -> a dict of base preset changes, read as
+    a study's ``-p base_overrides`` value is (so the same text names the same base run in both places)."""
+    from lmstudy.notebook_runner import parse_value
+
+    if not text:
+        return {}
+    value = parse_value(text)
+    if not isinstance(value, dict):
+        raise ValueError(f"--overrides {text!r} must be a mapping, e.g. \"{{compute: 1.0e+16, compile: false}}\"")
+    return value
+
+
 def _final(args):
     from lmstudy.base import STUDY, final_config
     from lmstudy.scales import preset
 
+    overrides = _parse_overrides(args.overrides)
     if args.size is None:
-        return final_config(args.scale)
+        return final_config(args.scale, **overrides)
     seq_len = preset(STUDY, args.scale)["model"]["seq_len"]
-    return final_config(args.scale, model=replace(_parse_size(args.size), seq_len=seq_len))
+    return final_config(args.scale, model=replace(_parse_size(args.size), seq_len=seq_len), **overrides)
 
 
 def _sweep_command(args) -> int:
@@ -104,6 +118,9 @@ def register(subparsers) -> None:
         if name != "sweep":
             command.add_argument("--size", default=None, metavar="L,H,D",
                                  help="layers,heads,width (default: the scale preset's model)")
+            command.add_argument("--overrides", default=None, metavar="YAML",
+                                 help="changes to the scale's base preset (lmstudy/scales.py \"base\"), as a study's "
+                                 "-p base_overrides takes them, e.g. \"{compute: 1.0e+16, data: {data_fraction: 0.1}}\"")
         if name == "export":
             command.add_argument("--dest", default=None, help="folder for the model folders (default: models/)")
             command.add_argument("--no-eval", action="store_true", help="skip the evaluation protocol in the cards")

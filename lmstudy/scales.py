@@ -274,7 +274,8 @@ PRESETS: dict[str, dict[str, dict]] = {
         "smoke": dict(
             data=dict(vocab_size=512, tokenizer_sample=1.0, data_fraction=0.0005, valid_tokens_per_domain=2000),
             model=dict(n_layer=1, n_head=2, n_embd=32, seq_len=64), compute=2e9, batch_size=8, lr=3e-3, compile=False,
-            sweep_sizes=[[1, 2, 16], [1, 2, 32]], sweep_fraction=0.5, sweep_batch_size=8, sweep_data_fraction=0.0005,
+            mixed_precision="no", sweep_sizes=[[1, 2, 16], [1, 2, 32]], sweep_fraction=0.5, sweep_batch_size=8,
+            sweep_data_fraction=0.0005,
         ),
         # About 2.5 h of the 2-core machine (7.2e14 FLOPs; run times: README). The model is the sweep's choice
         # (3x192: ~20 tokens per parameter at this budget, lmstudy.base.choose_size). 8k BPE (why: README
@@ -283,16 +284,16 @@ PRESETS: dict[str, dict[str, dict]] = {
         "cpu": dict(
             data=dict(vocab_size=8192, tokenizer_sample=0.1, data_fraction=1.0, valid_tokens_per_domain=20_000),
             model=dict(n_layer=3, n_head=3, n_embd=192, seq_len=256), compute=7.2e14, batch_size=16, lr=2e-3, compile=True,
-            sweep_sizes=[[2, 2, 128], [3, 3, 192], [4, 4, 256], [6, 5, 320]], sweep_fraction=0.02, sweep_batch_size=8,
-            sweep_data_fraction=0.1,
+            mixed_precision="no", sweep_sizes=[[2, 2, 128], [3, 3, 192], [4, 4, 256], [6, 5, 320]], sweep_fraction=0.02,
+            sweep_batch_size=8, sweep_data_fraction=0.1,
         ),
         # GPT-2 small's dims for a GPU: 12x768, the GPT-2-sized vocabulary, context 1024, ~1e18 FLOPs
-        # (~2.6B tokens; more than our ~100M-token stream holds: it repeats).
+        # (~2.6B tokens; more than our ~100M-token stream holds: it repeats); bf16 autocast, as GPU pretraining is run.
         "paper": dict(
             data=dict(vocab_size=50257, tokenizer_sample=0.1, data_fraction=1.0, valid_tokens_per_domain=100_000),
             model=dict(n_layer=12, n_head=12, n_embd=768, seq_len=1024), compute=1e18, batch_size=32, lr=6e-4, compile=True,
-            sweep_sizes=[[6, 8, 512], [12, 12, 768], [12, 16, 1024]], sweep_fraction=0.01, sweep_batch_size=32,
-            sweep_data_fraction=1.0,
+            mixed_precision="bf16", sweep_sizes=[[6, 8, 512], [12, 12, 768], [12, 16, 1024]], sweep_fraction=0.01,
+            sweep_batch_size=32, sweep_data_fraction=1.0,
         ),
     },
 }

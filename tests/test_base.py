@@ -163,3 +163,22 @@ def test_final_config_overrides_merge_into_the_preset():
     assert once.train_config().eval_every == once.max_steps > 1
     with pytest.raises(KeyError, match="unknown base preset key"):
         base.final_config("paper", steps=3)
+
+
+def test_base_cli_overrides_name_the_run_a_study_names():
+    """``base train|export --overrides`` reads the text a study's ``-p base_overrides`` takes, to the same config
+    (so ``base export`` finds the base a study trained with those overrides)."""
+    import argparse
+
+    from lmstudy.base_cli import _final
+    from lmstudy.notebook_runner import parse_value
+
+    text = "{compute: 1.0e+16, compile: false, data: {data_fraction: 0.1}}"
+    config = _final(argparse.Namespace(scale="paper", size=None, overrides=text))
+    assert config == base.final_config("paper", **parse_value(text))
+    assert config.data.data_fraction == 0.1 and config.compile is False and config.data.vocab_size == 50257
+    assert _final(argparse.Namespace(scale="paper", size=None, overrides=None)) == base.final_config("paper")
+    with pytest.raises(ValueError, match="must be a mapping"):
+        _final(argparse.Namespace(scale="paper", size=None, overrides="1.0e+16"))
+    with pytest.raises(KeyError, match="unknown base preset key"):
+        _final(argparse.Namespace(scale="paper", size="2,2,64", overrides="{steps: 3}"))

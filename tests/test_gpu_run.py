@@ -21,7 +21,8 @@ def run(*args: str) -> subprocess.CompletedProcess:
 def test_usage_and_bad_minutes_are_refused():
     assert run("03_kronecker").returncode == 2
     refused = run("03_kronecker", "ten", "/tmp/x")
-    assert refused.returncode == 2 and "MINUTES must be a whole number" in refused.stderr
+    assert refused.returncode == 2 and "MINUTES must be a number of minutes" in refused.stderr
+    assert run("03_kronecker", "2.5.1", "/tmp/x").returncode == 2
 
 
 def test_without_a_gpu_it_says_so_and_starts_nothing(tmp_path):

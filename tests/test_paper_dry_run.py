@@ -91,9 +91,10 @@ DRY_RUNS: dict[str, tuple[dict[str, str], list[str]]] = {
         # minute of compiling on the CPU for 3 steps); validation once, after the last step, not after each (it
         # was two thirds of the base's and the scratch arm's pretraining time), on 300 tokens a domain (600 made
         # validation a fifth of this dry run).
+        # The base preset's bf16 autocast where this CPU has bf16 matmuls, else fp32 (as 02 and 04).
         "base_overrides": "{data: {tokenizer_sample: 1.0, data_fraction: 0.002, valid_tokens_per_domain: 300}, "
                           "model: {seq_len: 256}, batch_size: 2, compute: 1.0e+12, compile: false, "
-                          "eval_every_fraction: 1.0}",
+                          "eval_every_fraction: 1.0, mixed_precision: '{mixed_precision}'}",
     }, ["wikipedia", "litbank", "reddit", "imdb", "reuters21578", "bbc_news", "irc", "wikitext-2-raw", "lambada"]),
     "04_control_codes": ({
         "init_from": "{gpt2}", "codes": "[Wikipedia, Books, Reviews]", "train_docs": "5", "eval_docs": "1",

@@ -1,0 +1,156 @@
+#!/usr/bin/env bash
+# The paper presets of 03 (Krony-PT) and 02 (Entity-Transformers) on one lent GPU, in one device call of under
+# 10 minutes: the paper-size shared base (GPT-2 small's 12 x 768, context 1024, our ~45k-id BPE) pretrained on 10%
+# of our pretraining text, then each study from it with its counts cut to fit the lease (values below).
+#
+#   scripts/gpu_paper_runs.sh pack            # here: fill .gpu/ with what the GPU machine lacks (below)
+#   scripts/gpu_paper_runs.sh run OUT         # there, from the repository root (device tool: carry .gpu)
+#   scripts/gpu_paper_runs.sh unpack RESULTS  # here: OUT/results.tar.xz -> results/gpu/ (runs, notebooks, figures)
+#
+# The GPU machine has no corpora, no package registry and no run cache, and a lease carries at most 64 MiB, so
+# `pack` puts into .gpu/ (git-ignored): wheels of what its Python lacks (papermill's kernel stack, nltk, and the
+# transformers we test with), the corpora the two studies read once the base exists (GUM, the news domain's
+# Reuters and BBC, LAMBADA, WikiText-2 raw), and the base's prepared token streams (the run cache's base_data run
+# for BASE's data config, xz-compressed). `run` trains the base (`lmstudy base train --overrides`), exports it as
+# a Hugging Face folder, runs 03 from it (`-p base_overrides`, the same run) and 02 from the folder (`init_from`),
+# each study through scripts/gpu_run.sh with a time cap (interrupted and archived when it is reached), and writes
+# OUT/log.txt and OUT/results.tar.xz (every run's config, metrics and log, the executed notebooks, the figures, the
+# base's export records). REHEARSE=1 runs the same steps on a CPU with every count cut to seconds (a check of the
+# command, not a result: its numbers mean nothing).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+PY=${PY:-python3}
+carry=.gpu
+
+# What runs. BASE: the base preset's changes (data: the first 10% of every domain's pretraining text, 9.9M tokens,
+# validation 20k tokens a domain as at cpu scale; 8e15 FLOPs = 9.4M tokens, one pass; validation and checkpoints
+# every tenth of the run; no torch.compile: its first-step compile is time a 10-minute lease would not get back).
+BASE="{data: {data_fraction: 0.1, valid_tokens_per_domain: 20000}, compute: 8.0e+15, compile: false,
+       eval_every_fraction: 0.1}"
+# 03: the 81M class with Van Loan init against its distilled and scratch same-size models, from all three kept
+# checkpoints of the base (the trend), one seed; 1M tokens of continued training each; the evaluation slices cut.
+KRONY=(-p fractions "[0.1, 0.3, 1.0]" -p classes "[81M]" -p inits "[van_loan]" -p compare_class 81M -p seeds "[0]"
+       -p table6_class 81M -p table6_factors "[1]" -p finetune_tokens 1048576 -p evals_per_run 2
+       -p val_tokens 65536 -p wikitext_tokens 65536 -p lambada_examples 1000 -p domains "[news]"
+       -p domain_documents 10)
+# 02: GPT2 vs GPT2E fine-tuned from the base on GUM (LitBank's books are not carried), two budgets, two seeds.
+ENTITY=(-p corpora "[gum]" -p ner_corpus gum -p budgets "[25, 100]" -p eval_every 25 -p warmup_steps 10
+        -p seeds "[0, 1]" -p ablation_seeds "[0]" -p lambada_examples 1000 -p timing_steps 20
+        -p similarity_docs 10 -p ner_epochs 5)
+# Time: the whole run stops within TOTAL_SECONDS (the device tool's limit is 600 per command). The base gets at
+# most BASE_MINUTES; of what is left after it, 03 gets 55% and 02 the rest, 40 s kept for archiving.
+TOTAL_SECONDS=${TOTAL_SECONDS:-540} BASE_MINUTES=3
+CORPORA=(gum reuters21578 bbc_news lambada wikitext-2-raw)
+WHEELS=(asttokens==3.0.2 comm==0.2.3 defusedxml==0.7.1 entrypoints==0.4.2 executing==2.3.0 fastjsonschema==2.22.3
+        ipykernel==7.4.0 ipython==9.18.1 ipython-pygments-lexers==1.1.1 jsonschema==4.26.0
+        jsonschema-specifications==2025.9.1 jupyter-client==8.10.0 jupyter-core==5.9.1 matplotlib-inline==0.2.2
+        nbclient==0.11.0 nbformat==5.11.1 nest-asyncio2==1.7.4 nltk==3.10.4 papermill==2.7.0 pexpect==4.9.0
+        platformdirs==4.14.7 prompt-toolkit==3.0.53 ptyprocess==0.7.0 pure-eval==0.2.4 pyzmq==27.3.0
+        referencing==0.37.0 rpds-py==2026.9.1 stack-data==0.6.3 tenacity==9.2.1 tornado==6.6.1 traitlets==5.16.1
+        wcwidth==0.9.4 transformers==5.23.0)
+
+if [ "${REHEARSE:-0}" = 1 ]; then  # seconds on a CPU: a 2 x 64 model on the same data run (same data config)
+    BASE="{data: {data_fraction: 0.1, valid_tokens_per_domain: 20000}, model: {n_layer: 2, n_head: 2, n_embd: 64,
+           seq_len: 128}, batch_size: 2, compute: 1.0e+11, compile: false, mixed_precision: 'no', eval_every_fraction: 1.0}"
+    KRONY+=(-p finetune_tokens 512 -p val_tokens 256 -p wikitext_tokens 512 -p lambada_examples 4
+            -p domain_documents 1 -p evals_per_run 1)
+    ENTITY+=(-p budgets "[1, 2]" -p eval_every 2 -p warmup_steps 1 -p seeds "[0]" -p train_docs 2 -p eval_docs 1
+             -p batch_size 1 -p seq_len 64 -p max_doc_tokens 128 -p lambada_examples 4 -p timing_steps 1
+             -p similarity_docs 1 -p ner_train_docs 1 -p ner_eval_docs 1 -p ner_epochs 1 -p mixed_precision no)
+fi
+
+pack() {
+    : "${LMSTUDY_DATA:?set LMSTUDY_DATA to the corpora folder}"
+    mkdir -p "$carry"
+    rm -rf "$carry/wheels"
+    $PY -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+        --platform manylinux_2_28_x86_64 --platform manylinux_2_26_x86_64 --platform manylinux_2_17_x86_64 \
+        --platform manylinux2014_x86_64 -d "$carry/wheels" "${WHEELS[@]}" || return 1
+    tar -C "$LMSTUDY_DATA" -cf "$carry/data.tar" "${CORPORA[@]}" || return 1
+    # The base's data run, prepared here (BPE training and the token streams; the corpus caches of this runs/)
+    local data_run
+    data_run=$($PY - "$BASE" <<'EOF'
+import sys
+from lmstudy.base import final_config, prepare_data
+from lmstudy.notebook_runner import parse_value
+print(prepare_data(final_config("paper", **parse_value(sys.argv[1])).data).path)
+EOF
+) || return 1
+    tar -C "$(dirname "$(dirname "$data_run")")" -cf - "base_data/$(basename "$data_run")" | xz -T0 -6 \
+        > "$carry/base_data.tar.xz" || return 1
+    du -sh "$carry"/* "$carry"
+}
+
+run() {
+    local out=${1:?usage: scripts/gpu_paper_runs.sh run OUT}
+    local work=/tmp/lmstudy-gpu start=$SECONDS status=0
+    mkdir -p "$out" "$work"/{data,runs,figures,models,archive}
+    rm -rf "$work/results"
+    log() { echo "[gpu_paper_runs +$((SECONDS - start))s] $*" | tee -a "$out/log.txt" >&2; }
+    if [ "${REHEARSE:-0}" != 1 ] && compgen -G "$carry/wheels/*.whl" >/dev/null; then
+        $PY -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$work/site" \
+            "$carry"/wheels/*.whl || { log "wheels did not install"; return 1; }
+        export PYTHONPATH=$work/site:$PWD
+    fi
+    export LMSTUDY_DATA=$work/data LMSTUDY_RUNS=$work/runs LMSTUDY_FIGURES=$work/figures LMSTUDY_MODELS=$work/models
+    export TQDM_DISABLE=1 MPLBACKEND=agg HF_HUB_OFFLINE=1 PYTHONUNBUFFERED=1 PY ALLOW_CPU=${REHEARSE:-0}
+    tar -C "$work/data" -xf "$carry/data.tar" && tar -C "$work/runs" -xJf "$carry/base_data.tar.xz" || return 1
+    $PY -c "import torch, transformers; print('torch', torch.__version__, 'transformers', transformers.__version__,
+          torch.cuda.get_device_name() if torch.cuda.is_available() else 'no GPU')" 2>&1 | tee -a "$out/log.txt"
+    command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv \
+        | tee -a "$out/log.txt"
+
+    log "base: lmstudy base train --scale paper --overrides \"$BASE\""
+    timeout --signal=INT --kill-after=30 "${BASE_MINUTES}m" \
+        $PY -m lmstudy base train --scale paper --overrides "$BASE" >>"$out/log.txt" 2>&1 || status=1
+    $PY -m lmstudy base export --scale paper --overrides "$BASE" --dest "$work/models" --no-eval \
+        >>"$out/log.txt" 2>&1 || status=1
+    log "base: exported $(ls "$work/models" | tr '\n' ' ')"
+    collect "$work" "$out"
+
+    local left=$((TOTAL_SECONDS - (SECONDS - start) - 40))
+    local krony_minutes entity_minutes
+    krony_minutes=$(awk -v s="$left" 'BEGIN { printf "%.2f", (s > 0 ? s : 0) * 0.55 / 60 }')
+    log "03_kronecker for at most $krony_minutes min: ${KRONY[*]}"
+    WEIGHTS=none scripts/gpu_run.sh 03_kronecker "$krony_minutes" "$work/archive" \
+        -p base_overrides "$BASE" "${KRONY[@]}" >>"$out/log.txt" 2>&1 || status=1
+    collect "$work" "$out"
+    left=$((TOTAL_SECONDS - (SECONDS - start) - 40))
+    entity_minutes=$(awk -v s="$left" 'BEGIN { printf "%.2f", (s > 0 ? s : 0) / 60 }')
+    log "02_entity_transformer for at most $entity_minutes min: init_from $work/models/base ${ENTITY[*]}"
+    WEIGHTS=none scripts/gpu_run.sh 02_entity_transformer "$entity_minutes" "$work/archive" \
+        -p init_from "$work/models/base" "${ENTITY[@]}" >>"$out/log.txt" 2>&1 || status=1
+
+    collect "$work" "$out" || status=1
+    log "done (status $status; results.tar.xz $(du -h "$out/results.tar.xz" | cut -f1))"
+    return $status
+}
+
+# OUT/results.tar.xz of what is done so far (after each stage, so a run cut off at the device's limit still
+# brings back the stages before): every run's config, metrics and log (unfinished runs' too) in the run cache's
+# layout, the executed notebooks, the figures and the base's export records; no weights (0.5 GB a model).
+collect() {
+    local work=$1 out=$2
+    mkdir -p "$work/results/runs" "$work/results/cards" "$work/results/notebooks"
+    (cd "$work/runs" && find . -path ./cache -prune -o -type f \( -name config.json -o -name metrics.json \
+        -o -name log.jsonl \) -print | grep -Ev '/(checkpoint|best|model|tokenizer)/' \
+        | xargs -r cp --parents -t "$work/results/runs")
+    for card in "$work"/models/*/; do
+        [ -f "$card/lmstudy_run.json" ] && cp "$card/lmstudy_run.json" "$work/results/cards/$(basename "$card").json"
+    done
+    cp "$work"/runs/notebooks/*.ipynb "$work/results/notebooks/" 2>/dev/null
+    cp -r "$work/figures" "$work/results/"
+    tar -C "$work/results" -cJf "$out/results.tar.xz.part" . && mv "$out/results.tar.xz.part" "$out/results.tar.xz"
+}
+
+unpack() {
+    local results=${1:?usage: scripts/gpu_paper_runs.sh unpack RESULTS}
+    mkdir -p results/gpu && tar -C results/gpu -xJf "$results" && ls results/gpu
+}
+
+case ${1:-} in
+    pack) pack ;;
+    run) shift; run "$@" ;;
+    unpack) shift; unpack "$@" ;;
+    *) echo "usage: scripts/gpu_paper_runs.sh pack | run OUT | unpack RESULTS" >&2; exit 2 ;;
+esac
