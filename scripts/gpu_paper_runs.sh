@@ -86,7 +86,7 @@ run() {
     local work=/tmp/lmstudy-gpu start=$SECONDS status=0
     mkdir -p "$out" "$work"/{data,runs,figures,models,archive}
     rm -rf "$work/results"
-    log() { echo "[gpu_paper_runs +$((SECONDS - start))s] $*" | tee -a "$out/log.txt" >&2; }
+    log() { echo "[gpu_paper_runs +$((SECONDS - start))s $(date -u +%H:%M:%S)] $*" | tee -a "$out/log.txt" >&2; }
     if [ "${REHEARSE:-0}" != 1 ] && compgen -G "$carry/wheels/*.whl" >/dev/null; then
         $PY -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$work/site" \
             "$carry"/wheels/*.whl || { log "wheels did not install"; return 1; }
@@ -97,8 +97,12 @@ run() {
     tar -C "$work/data" -xf "$carry/data.tar" && tar -C "$work/runs" -xJf "$carry/base_data.tar.xz" || return 1
     $PY -c "import torch, transformers; print('torch', torch.__version__, 'transformers', transformers.__version__,
           torch.cuda.get_device_name() if torch.cuda.is_available() else 'no GPU')" 2>&1 | tee -a "$out/log.txt"
-    command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv \
-        | tee -a "$out/log.txt"
+    if command -v nvidia-smi >/dev/null; then
+        nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv | tee -a "$out/log.txt"
+        # the GPU's use every 2 s, for the peak memory and utilisation of each stage (log.txt says when each began)
+        nvidia-smi --query-gpu=timestamp,utilization.gpu,memory.used --format=csv -l 2 >"$out/gpu.csv" 2>&1 &
+    fi
+    export PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True  # 124M models with ~45k-way logits: less fragmentation
 
     log "base: lmstudy base train --scale paper --overrides \"$BASE\""
     timeout --signal=INT --kill-after=30 "${BASE_MINUTES}m" \
