@@ -52,7 +52,8 @@ Decisions:
   biases and norm gains (nanoGPT / HF convention). Frozen parameters (``requires_grad=False``)
   are not given to the optimizer.
 - Checkpoints (``run.checkpoint_dir/step-NNNNNNNNN/``) hold ``model.safetensors`` (written by
-  ``safetensors.torch.save_model``, which copes with tied weights), ``state.safetensors`` (every
+  ``safetensors.torch.save_model``, which copes with tied weights; :func:`save_model_file` also with a GPU's
+  cuDNN-flattened LSTM weights), ``state.safetensors`` (every
   tensor of the optimizer state, the torch RNG states and the carry) and ``state.json`` (all the
   rest: step, epoch, position in the epoch, early-stopping state, optimizer class and
   hyperparameters, python/numpy RNG states, the TrainConfig). Nothing is ever unpickled. A
@@ -444,7 +445,7 @@ def _save_checkpoint(run: Run, model, optimizer, state: TrainState, config: Trai
             {"rng": _pack_rng(r["rng"], tensors, f"rank{i}.rng"), "carry": _pack(r["carry"], tensors, f"rank{i}.carry")}
             for i, r in enumerate(ranks[1:], start=1)
         ]
-    save_model(model, str(tmp / "model.safetensors"))
+    save_model_file(model, tmp / "model.safetensors")
     save_file(tensors, str(tmp / "state.safetensors"))
     # state.json last: a folder is complete when it has one (see latest_checkpoint).
     (tmp / "state.json").write_text(json.dumps(payload), encoding="utf-8")
@@ -481,7 +482,7 @@ def _load_checkpoint(path: Path, model, config: TrainConfig, rank: int = 0, proc
             "train with the original config or start a new run"
         )
     tensors = load_file(str(path / "state.safetensors"))
-    load_model(model, str(path / "model.safetensors"))
+    load_model_file(model, path / "model.safetensors")
     if payload["optimizer"] is None:  # a finished run's checkpoint: nothing will step again
         optimizer = build_optimizer(model, config)
     else:
@@ -493,11 +494,42 @@ def _load_checkpoint(path: Path, model, config: TrainConfig, rank: int = 0, proc
     return optimizer, state, carry
 
 
+@contextlib.contextmanager
+def _rnn_weights_apart(model: torch.nn.Module):
+    """On a GPU, cuDNN keeps an ``nn.LSTM``'s weights as views into one flat buffer (``flatten_parameters``), a
+    storage that none of them covers whole, and safetensors' ``save_model`` / ``load_model`` refuse it ("None is
+    covering the entire storage": the NER probe's tagger, the first time it trained on a GPU). Inside this context
+    every RNN weight is a tensor of its own (a copy; the same Parameter objects, so an optimizer's state still
+    applies); after it, cuDNN's flat buffer is rebuilt (``flatten_parameters`` is a no-op off the GPU)."""
+    rnns = [module for module in model.modules() if isinstance(module, torch.nn.RNNBase)]
+    with torch.no_grad():
+        for rnn in rnns:
+            for weight in rnn.parameters(recurse=False):
+                weight.data = weight.data.clone()
+    try:
+        yield
+    finally:
+        for rnn in rnns:
+            rnn.flatten_parameters()
+
+
+def save_model_file(model: torch.nn.Module, path: Path, metadata: dict[str, str] | None = None) -> None:
+    """``safetensors.torch.save_model`` (tied weights stored once, no pickle), for RNNs on a GPU too."""
+    with _rnn_weights_apart(model):
+        save_model(model, str(path), metadata=metadata)
+
+
+def load_model_file(model: torch.nn.Module, path: Path) -> None:
+    """``safetensors.torch.load_model`` (strict: every tensor present, none left over), for RNNs on a GPU too."""
+    with _rnn_weights_apart(model):
+        load_model(model, str(path))
+
+
 def _save_best(run: Run, model, state: TrainState, metric: str) -> None:
     run.best_dir.mkdir(parents=True, exist_ok=True)
     tmp = run.best_dir / f".model.{os.getpid()}.tmp"
     try:
-        save_model(model, str(tmp), metadata={"step": str(state.step), metric: repr(state.best_metric)})
+        save_model_file(model, tmp, metadata={"step": str(state.step), metric: repr(state.best_metric)})
         os.replace(tmp, run.best_dir / "model.safetensors")  # atomic: old best or new best
     finally:
         tmp.unlink(missing_ok=True)
@@ -524,7 +556,7 @@ def load_weights(model: torch.nn.Module, run: Run, which: str = "best") -> torch
         path = checkpoint / "model.safetensors"
     else:
         raise ValueError(f"which must be 'best' or 'last', got {which!r}")
-    load_model(model, str(path))
+    load_model_file(model, path)
     return model
 
 

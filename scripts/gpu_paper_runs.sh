@@ -7,7 +7,12 @@
 #   scripts/gpu_paper_runs.sh run OUT         # there, from the repository root (device tool: carry .gpu)
 #   scripts/gpu_paper_runs.sh unpack RESULTS  # here: OUT/results.tar.xz -> results/gpu/ (runs, notebooks, figures)
 #
-# The GPU machine has no corpora, no package registry and no run cache, and a lease carries at most 64 MiB, so
+# Ran once, on an H200 lease on 2026-11-26: results/gpu/ (log.txt, gpu.csv: the GPU's use every 2 s) and README
+# "Scaling up: one GPU". A lease carries the working tree and at most 64 MiB: our tracked files are ~107 MB
+# (results/runs and models/ are most of it, and neither is read here), so for the call they were taken out of the
+# index and ignored (`git rm -r --cached -q results/runs models/base*  models/ctrl-demo` plus those paths in
+# .git/info/exclude; `git reset -q` and the exclude lines removed right after).
+# The GPU machine has no corpora, no package registry and no run cache, so
 # `pack` puts into .gpu/ (git-ignored): wheels of what its Python lacks (papermill's kernel stack, nltk, and the
 # transformers we test with), the corpora the two studies read once the base exists (GUM, the news domain's
 # Reuters and BBC, LAMBADA, WikiText-2 raw), and the base's prepared token streams (the run cache's base_data run
@@ -47,7 +52,8 @@ WHEELS=(asttokens==3.0.2 comm==0.2.3 defusedxml==0.7.1 entrypoints==0.4.2 execut
         nbclient==0.11.0 nbformat==5.11.1 nest-asyncio2==1.7.4 nltk==3.10.4 papermill==2.7.0 pexpect==4.9.0
         platformdirs==4.14.7 prompt-toolkit==3.0.53 ptyprocess==0.7.0 pure-eval==0.2.4 pyzmq==27.3.0
         referencing==0.37.0 rpds-py==2026.9.1 stack-data==0.6.3 tenacity==9.2.1 tornado==6.6.1 traitlets==5.16.1
-        wcwidth==0.9.4 transformers==5.23.0)
+        wcwidth==0.9.4 transformers==5.23.0
+        optuna==5.0.0 alembic==1.20.1 sqlalchemy==2.1.9 colorlog==6.12.0 mako==1.4.3)  # `lmstudy`'s parser imports optuna
 
 if [ "${REHEARSE:-0}" = 1 ]; then  # seconds on a CPU: a 2 x 64 model on the same data run (same data config)
     BASE="{data: {data_fraction: 0.1, valid_tokens_per_domain: 20000}, model: {n_layer: 2, n_head: 2, n_embd: 64,

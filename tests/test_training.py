@@ -508,3 +508,35 @@ def test_train_seconds_add_up_over_a_resume(tmp_path):
     assert len(seconds) == 4 and seconds == sorted(seconds) and seconds[0] > 0
     assert seconds[:2] == before[:2]  # steps 5 and 10 come from the first process, kept by the checkpoint
     assert seconds[2] > seconds[1]  # the resumed process starts from the checkpoint's time, not zero
+
+
+def _flatten_like_cudnn(lstm: nn.LSTM) -> None:
+    """Make the LSTM's weights views into one flat buffer, as cuDNN does on a GPU (``flatten_parameters``)."""
+    flat = torch.cat([w.detach().reshape(-1) for w in lstm.parameters()])
+    offset = 0
+    for weight in lstm.parameters():
+        weight.data = flat[offset:offset + weight.numel()].view_as(weight)
+        offset += weight.numel()
+
+
+def test_weights_of_a_flattened_lstm_save_and_load(tmp_path):
+    """On a GPU an LSTM's weights share one storage none of them covers, which safetensors refuses; the training
+    loop's save and load cope (the NER probe's tagger crashed on its first GPU run). Simulated on the CPU."""
+    from safetensors.torch import save_model
+
+    from lmstudy.training import load_model_file, save_model_file
+
+    torch.manual_seed(0)
+    tagger = nn.Sequential(nn.Embedding(10, 4), nn.LSTM(4, 6, batch_first=True))
+    _flatten_like_cudnn(tagger[1])
+    with pytest.raises(RuntimeError, match="covering the entire storage"):
+        save_model(tagger, str(tmp_path / "refused.safetensors"))
+    first = [w.detach().clone() for w in tagger.parameters()]
+    save_model_file(tagger, tmp_path / "model.safetensors", metadata={"step": "3"})
+
+    other = nn.Sequential(nn.Embedding(10, 4), nn.LSTM(4, 6, batch_first=True))
+    _flatten_like_cudnn(other[1])
+    parameters = list(other.parameters())
+    load_model_file(other, tmp_path / "model.safetensors")
+    assert all(a is b for a, b in zip(other.parameters(), parameters))  # the same Parameter objects (optimizer state)
+    assert all(torch.equal(a, b) for a, b in zip(first, other.parameters()))
