@@ -101,6 +101,8 @@ class BaseConfig:
     compile: bool = False  # torch.compile the model (in place: checkpoints keep plain GPT-2 names)
     # "bf16" on a GPU (the paper preset): autocast in the training step; weights, optimizer and evaluation stay fp32
     mixed_precision: str = "no"
+    # validation on the first N tokens of the validation stream; 0: all of it (every preset; a dry run cuts it)
+    max_eval_tokens: int = 0
 
     @property
     def tokens_per_step(self) -> int:
@@ -113,6 +115,12 @@ class BaseConfig:
     def kept_steps(self) -> dict[float, int]:
         """Checkpoint fraction -> step (at least step 1; the last is always ``max_steps``)."""
         return {f: max(1, round(f * self.max_steps)) for f in self.checkpoint_fractions}
+
+    def lm_task(self, train_ids: torch.Tensor, valid_ids: torch.Tensor) -> LMTask:
+        """The base's task: random windows of ``train_ids`` (seeded), validation on ``valid_ids`` (its first
+        ``max_eval_tokens`` when set). The scratch arm of study 03 trains on the same one, batch for batch."""
+        return LMTask(train_ids, valid_ids, batch_size=self.batch_size, seq_len=self.model.seq_len,
+                      eval_batch_size=2 * self.batch_size, seed=self.seed, max_eval_tokens=self.max_eval_tokens or None)
 
     def train_config(self) -> TrainConfig:
         steps = self.max_steps
@@ -305,11 +313,13 @@ def build_model(config: BaseConfig, tokenizer) -> GPT2LMHeadModel:
 
 def run_config(config: BaseConfig) -> dict:
     """The run's identity: the config without ``compile``, which changes how fast, not what is trained, and
-    without ``mixed_precision`` when it is "no" (the runs trained before it existed keep their identity)."""
+    without ``mixed_precision`` and ``max_eval_tokens`` at their defaults (the runs trained before they existed keep
+    their identity)."""
     values = asdict(config)
     del values["compile"]
-    if values["mixed_precision"] == "no":
-        del values["mixed_precision"]
+    for key, default in (("mixed_precision", "no"), ("max_eval_tokens", 0)):
+        if values[key] == default:
+            del values[key]
     return values
 
 
@@ -330,9 +340,7 @@ def train_base(config: BaseConfig) -> dict:
         model = build_model(config, tokenizer)
         if config.compile:
             model.compile()  # ~10-40% more tokens/s on the CPU (figures/base_throughput.csv)
-        task = LMTask(train_ids, valid_ids, batch_size=config.batch_size, seq_len=config.model.seq_len,
-                      eval_batch_size=2 * config.batch_size, seed=config.seed)
-        metrics = train(model, task, config.train_config(), run)
+        metrics = train(model, config.lm_task(train_ids, valid_ids), config.train_config(), run)
         flops = flops_per_token(config.model, len(tokenizer))
         return {
             # Time from the log: a run resumed in another session counts its earlier sessions too.
@@ -381,12 +389,13 @@ def final_config(scale: str, model: BaseModelConfig | None = None, **overrides) 
     """The final run of ``scale``: the preset's model (or ``model``), trained for the preset's compute.
 
     ``overrides`` change preset keys; ``data`` and ``model`` (dicts) are merged key by key into the preset's;
-    ``eval_every_fraction`` (how often validation runs; no preset sets it) is passed on to the config."""
+    ``eval_every_fraction`` (how often validation runs) and ``max_eval_tokens`` (on how much), which no preset sets,
+    are passed on to the config."""
     from lmstudy.scales import preset
 
     if isinstance(model, dict):  # ``model=`` given as a preset-style override, not a BaseModelConfig
         overrides["model"], model = model, None
-    recipe = {key: overrides.pop(key) for key in ("eval_every_fraction",) if key in overrides}
+    recipe = {key: overrides.pop(key) for key in ("eval_every_fraction", "max_eval_tokens") if key in overrides}
     params = preset(STUDY, scale)
     unknown = set(overrides) - set(params)
     if unknown:

@@ -161,6 +161,12 @@ def test_final_config_overrides_merge_into_the_preset():
     assert config.train_config().eval_every == round(0.05 * config.max_steps)  # the default: 20 validations
     once = base.final_config("paper", batch_size=2, eval_every_fraction=1.0)  # validation after the last step only
     assert once.train_config().eval_every == once.max_steps > 1
+    # validation on the first 512 tokens; at its default (all of them) the run keeps the identity it had before
+    short = base.final_config("paper", max_eval_tokens=512)
+    assert short.max_eval_tokens == 512 and base.run_config(short)["max_eval_tokens"] == 512
+    assert "max_eval_tokens" not in base.run_config(base.final_config("paper"))
+    valid = torch.arange(2000)
+    assert short.lm_task(valid, valid).max_eval_tokens == 512 and once.lm_task(valid, valid).max_eval_tokens is None
     with pytest.raises(KeyError, match="unknown base preset key"):
         base.final_config("paper", steps=3)
 

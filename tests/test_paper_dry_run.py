@@ -89,12 +89,13 @@ DRY_RUNS: dict[str, tuple[dict[str, str], list[str]]] = {
         # The shared base at GPT-2 small's dims (12 x 768, context and vocabulary of the paper preset's data
         # pipeline), trained for 3 steps on a sliver of its text; batch 2 x 256 for time; no torch.compile (a
         # minute of compiling on the CPU for 3 steps); validation once, after the last step, not after each (it
-        # was two thirds of the base's and the scratch arm's pretraining time), on 300 tokens a domain (600 made
-        # validation a fifth of this dry run).
+        # was two thirds of the base's and the scratch arm's pretraining time), on its first 512 tokens (the
+        # validation part holds whole documents, ~10k tokens even at 300 a domain: that one validation was a sixth
+        # of this dry run).
         # The base preset's bf16 autocast where this CPU has bf16 matmuls, else fp32 (as 02 and 04).
         "base_overrides": "{data: {tokenizer_sample: 1.0, data_fraction: 0.002, valid_tokens_per_domain: 300}, "
                           "model: {seq_len: 256}, batch_size: 2, compute: 1.0e+12, compile: false, "
-                          "eval_every_fraction: 1.0, mixed_precision: '{mixed_precision}'}",
+                          "eval_every_fraction: 1.0, max_eval_tokens: 512, mixed_precision: '{mixed_precision}'}",
     }, ["wikipedia", "litbank", "reddit", "imdb", "reuters21578", "bbc_news", "irc", "wikitext-2-raw", "lambada"]),
     "04_control_codes": ({
         "init_from": "{gpt2}", "codes": "[Wikipedia, Books, Reviews]", "train_docs": "5", "eval_docs": "1",

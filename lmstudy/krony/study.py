@@ -82,6 +82,7 @@ import torch
 import torch.nn.functional as F
 from tqdm.auto import tqdm
 from transformers import GPT2Config, GPT2LMHeadModel
+from transformers.initialization import no_init_weights
 
 from lmstudy.base import BaseConfig, StudyBase, base_streams, final_config, gpt2_config, loaded_study_base
 from lmstudy.base import run_config as base_run_config
@@ -380,7 +381,8 @@ def narrowed_model(model: GPT2LMHeadModel, n_inner: int) -> GPT2LMHeadModel:
         state[f"{prefix}.c_fc.weight"] = block.mlp.c_fc.weight[:, keep]  # (d, n_inner)
         state[f"{prefix}.c_fc.bias"] = block.mlp.c_fc.bias[keep]  # (n_inner,)
         state[f"{prefix}.c_proj.weight"] = block.mlp.c_proj.weight[keep, :]  # (n_inner, d); c_proj.bias stays
-    student = GPT2LMHeadModel(narrow_config(model.config, n_inner))
+    with no_init_weights():  # every weight is set from ``state`` next (strictly): drawing initial ones is wasted
+        student = GPT2LMHeadModel(narrow_config(model.config, n_inner))
     student.load_state_dict(state)
     return student.to(model.device)
 
@@ -397,9 +399,7 @@ def scratch_pretraining(config: KronyConfig) -> dict:
         if recipe.compile:
             model.compile()  # as the base run: speed only, the weights' names stay GPT-2's
         # The task of lmstudy.base.train_base: the same random windows of the same stream, batch for batch.
-        task = LMTask(train_ids, valid_ids, batch_size=recipe.batch_size, seq_len=recipe.model.seq_len,
-                      eval_batch_size=2 * recipe.batch_size, seed=recipe.seed)
-        metrics = train(model, task, recipe.train_config(), run)
+        metrics = train(model, recipe.lm_task(train_ids, valid_ids), recipe.train_config(), run)
         return {**metrics, "parameters": count_parameters(model), "n_inner": model.config.n_inner,
                 "tokens": metrics["steps"] * recipe.tokens_per_step}
 
@@ -416,7 +416,9 @@ def scratch_checkpoint(config: KronyConfig, fraction: float) -> GPT2LMHeadModel:
     from safetensors.torch import load_model
 
     scratch_pretraining(config)
-    model = GPT2LMHeadModel(dense_config(config))
+    with no_init_weights():  # every weight is read from the kept checkpoint next (strictly)
+        model = GPT2LMHeadModel(dense_config(config))
+    model.tie_weights()  # part of the initialisation skipped above (the file holds the tied matrix once)
     run = get_run(STUDY, _scratch_identity(config))
     load_model(model, str(kept_checkpoint(run, config.recipe.kept_steps()[fraction]) / "model.safetensors"))
     return model.to(torch.float16).to(torch.float32).eval()
