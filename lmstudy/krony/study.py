@@ -367,6 +367,15 @@ def hidden_unit_scores(mlp: torch.nn.Module) -> torch.Tensor:
     return fan_in * fan_out
 
 
+def _weights_to_load(model_config: GPT2Config) -> GPT2LMHeadModel:
+    """A GPT-2 of ``model_config`` whose weights are about to be loaded (strictly): drawing initial ones is skipped
+    (seconds for a 100M model), the output matrix tied to the embedding as initialisation would."""
+    with no_init_weights():
+        model = GPT2LMHeadModel(model_config)
+    model.tie_weights()  # part of the initialisation skipped above
+    return model
+
+
 @torch.no_grad()
 def narrowed_model(model: GPT2LMHeadModel, n_inner: int) -> GPT2LMHeadModel:
     """A dense copy of ``model`` whose every MLP keeps its ``n_inner`` highest-scoring hidden units
@@ -381,8 +390,7 @@ def narrowed_model(model: GPT2LMHeadModel, n_inner: int) -> GPT2LMHeadModel:
         state[f"{prefix}.c_fc.weight"] = block.mlp.c_fc.weight[:, keep]  # (d, n_inner)
         state[f"{prefix}.c_fc.bias"] = block.mlp.c_fc.bias[keep]  # (n_inner,)
         state[f"{prefix}.c_proj.weight"] = block.mlp.c_proj.weight[keep, :]  # (n_inner, d); c_proj.bias stays
-    with no_init_weights():  # every weight is set from ``state`` next (strictly): drawing initial ones is wasted
-        student = GPT2LMHeadModel(narrow_config(model.config, n_inner))
+    student = _weights_to_load(narrow_config(model.config, n_inner))
     student.load_state_dict(state)
     return student.to(model.device)
 
@@ -416,9 +424,7 @@ def scratch_checkpoint(config: KronyConfig, fraction: float) -> GPT2LMHeadModel:
     from safetensors.torch import load_model
 
     scratch_pretraining(config)
-    with no_init_weights():  # every weight is read from the kept checkpoint next (strictly)
-        model = GPT2LMHeadModel(dense_config(config))
-    model.tie_weights()  # part of the initialisation skipped above (the file holds the tied matrix once)
+    model = _weights_to_load(dense_config(config))
     run = get_run(STUDY, _scratch_identity(config))
     load_model(model, str(kept_checkpoint(run, config.recipe.kept_steps()[fraction]) / "model.safetensors"))
     return model.to(torch.float16).to(torch.float32).eval()
