@@ -288,6 +288,65 @@ def test_distill_task_trains_the_student_only():
         DistillTask(ids, ids[:50], batch_size=2, seq_len=8)
 
 
+def test_train_runs_leaves_the_scratch_arm_for_last_lowest_checkpoint_first(monkeypatch):
+    config = smoke_config(fractions=[0.1, 1.0], seeds=[0, 1], classes=["81M"], inits=["van_loan", "random"],
+                          table6_factors=[1])
+    calls = []
+
+    def models_at(config, fraction, specs, seed, desc):
+        calls.append((fraction, seed, specs))
+        return [{"model": study.LABELS[s.kind], "class": s.size_class, "init": s.init,
+                 "wikitext_bpb": 1.0 if s.init == "random" else 2.0} for s in specs]
+
+    monkeypatch.setattr(study, "_models_at", models_at)
+    study.train_runs(config)
+    with_scratch = [i for i, (_, _, specs) in enumerate(calls) if any(s.kind == "scratch" for s in specs)]
+    first = with_scratch[0]
+    assert with_scratch == list(range(first, len(calls)))  # nothing else after the first scratch run
+    assert [(fraction, seed) for fraction, seed, _ in calls[first:]] == [(0.1, 0), (0.1, 1), (1.0, 0), (1.0, 1)]
+    trained = {(fraction, seed, spec) for fraction, seed, specs in calls for spec in specs}
+    # Every run the grid, Table 6 and the trend (with the grid's best init, random here) read, and no other.
+    needed = {(1.0, 0, spec) for spec in study.grid_specs(config) + study.table6_specs(config)}
+    needed |= {(f, seed, spec) for f in config.fractions for seed in config.seeds
+               for spec in study.trend_specs(config, "random")}
+    assert trained == needed
+
+
+def test_scratch_checkpoint_is_read_once_written_before_the_run_ends(tmp_path, monkeypatch):
+    from safetensors.torch import save_model
+
+    from lmstudy.runs import get_run
+
+    monkeypatch.setenv("LMSTUDY_RUNS", str(tmp_path))
+    config = smoke_config()
+    monkeypatch.setattr(study, "dense_config", lambda config: SMALL)
+    monkeypatch.setattr(study, "_scratch_identity", lambda config: {"stage": "scratch_pretraining", "test": 1})
+    run = get_run(study.STUDY, study._scratch_identity(config))
+    steps = config.recipe.kept_steps()
+    torch.manual_seed(0)
+    weights = GPT2LMHeadModel(SMALL)
+
+    def write_checkpoint(fraction):
+        folder = run.checkpoint_dir / f"step-{steps[fraction]:09d}"
+        folder.mkdir(parents=True)
+        save_model(weights, str(folder / "model.safetensors"))
+        (folder / "state.json").write_text("{}")
+
+    def pretrain_the_rest(config):  # the whole run, as scratch_pretraining would (or would wait for)
+        pretrained.append(True)
+        write_checkpoint(1.0)
+
+    pretrained = []
+    monkeypatch.setattr(study, "scratch_pretraining", pretrain_the_rest)
+    write_checkpoint(0.1)
+    model = study.scratch_checkpoint(config, 0.1)  # the run is not done: its 10% checkpoint is there
+    assert not pretrained and not run.done
+    expected = weights.transformer.wte.weight.detach().to(torch.float16).float()
+    assert torch.equal(model.transformer.wte.weight, expected)
+    study.scratch_checkpoint(config, 1.0)  # not written yet: trained (or waited for) first
+    assert pretrained == [True]
+
+
 @pytest.fixture
 def fresh_base_cache():
     """The bases (lmstudy.base.loaded_study_base) and the study's streams are kept per process: forget them before

@@ -419,14 +419,23 @@ def _scratch_identity(config: KronyConfig) -> dict:
 
 
 def scratch_checkpoint(config: KronyConfig, fraction: float) -> GPT2LMHeadModel:
-    """The scratch model at the base's kept checkpoint ``fraction`` (training it first), float16-rounded as the
-    shipped base is."""
+    """The scratch model at the base's kept checkpoint ``fraction`` (training it that far first), float16-rounded
+    as the shipped base is.
+
+    A kept checkpoint is read as soon as it exists, before the scratch run ends: its weights are those of that
+    step whatever follows (checkpoints are written whole, then renamed into place), so while ``lmstudy krony
+    scratch`` trains in its own process the study continues from the 10% and 30% checkpoints meanwhile."""
     from safetensors.torch import load_model
 
-    scratch_pretraining(config)
-    model = _weights_to_load(dense_config(config))
     run = get_run(STUDY, _scratch_identity(config))
-    load_model(model, str(kept_checkpoint(run, config.recipe.kept_steps()[fraction]) / "model.safetensors"))
+    step = config.recipe.kept_steps()[fraction]
+    try:
+        folder = kept_checkpoint(run, step)
+    except FileNotFoundError:
+        scratch_pretraining(config)  # trains it here, or waits for the process that does
+        folder = kept_checkpoint(run, step)
+    model = _weights_to_load(dense_config(config))
+    load_model(model, str(folder / "model.safetensors"))
     return model.to(torch.float16).to(torch.float32).eval()
 
 
@@ -616,14 +625,52 @@ def _models_at(config: KronyConfig, fraction: float, specs: list[ModelSpec], see
     return rows
 
 
+def grid_specs(config: KronyConfig) -> list[ModelSpec]:
+    """The grid's models: every class x init, then the dense baselines of ``compare_class``."""
+    specs = [ModelSpec("krony", size_class, init) for size_class in config.classes for init in config.inits]
+    return specs + [ModelSpec(kind, config.compare_class) for kind in ("distilled", "scratch")]
+
+
+def table6_specs(config: KronyConfig) -> list[ModelSpec]:
+    """Table 6's models: Van Loan, ``table6_class``, each of ``table6_factors`` without and with scalars."""
+    return [ModelSpec("krony", config.table6_class, "van_loan", n, scalars)
+            for n in config.table6_factors for scalars in (False, True)]
+
+
+def trend_specs(config: KronyConfig, init: str) -> list[ModelSpec]:
+    """The trend's models: the ``compare_class`` Krony model (``init``) and the two dense baselines of its size."""
+    return [ModelSpec("krony", config.compare_class, init), ModelSpec("distilled", config.compare_class),
+            ModelSpec("scratch", config.compare_class)]
+
+
+def train_runs(config: KronyConfig) -> None:
+    """Train (or find in the run cache) every run the tables below read, those that continue the scratch arm last,
+    lowest checkpoint first.
+
+    The scratch arm is a second base pretraining, the study's longest run; run in a process of its own (``lmstudy
+    krony scratch``), it trains while this process trains everything else, and its 10% and 30% checkpoints are
+    there before its end (:func:`scratch_checkpoint`). Taken in the tables' order, the grid's scratch row would
+    make this process wait for the whole pretraining first. The grid's Krony rows pick the trend's init."""
+    final, first_seed = config.fractions[-1], config.seeds[0]
+    scratch = [spec for spec in grid_specs(config) if spec.kind == "scratch"]  # same model as the trend's
+    grid = _models_at(config, final, [s for s in grid_specs(config) if s.kind != "scratch"], first_seed, "grid")
+    _models_at(config, final, table6_specs(config), first_seed, "table 6")
+    init = best_init(pd.DataFrame(grid), config.compare_class)
+    others = [s for s in trend_specs(config, init) if s.kind != "scratch"]
+    for fraction in config.fractions:
+        for seed in config.seeds:
+            _models_at(config, fraction, others, seed, f"trend {fraction:.0%} seed {seed}")
+    for fraction in config.fractions:
+        for seed in config.seeds:
+            _models_at(config, fraction, scratch, seed, f"scratch arm {fraction:.0%} seed {seed}")
+
+
 def grid_table(config: KronyConfig) -> pd.DataFrame:
     """The full grid at the final checkpoint, seed 0: every class x init, then the dense baselines of
     ``compare_class``; a first row for the base itself."""
     fraction = config.fractions[-1]
     base = base_metrics(config, fraction)
-    specs = [ModelSpec("krony", size_class, init) for size_class in config.classes for init in config.inits]
-    specs += [ModelSpec(kind, config.compare_class) for kind in ("distilled", "scratch")]
-    models = _models_at(config, fraction, specs, config.seeds[0], "grid")
+    models = _models_at(config, fraction, grid_specs(config), config.seeds[0], "grid")
     base_row = {"model": "base", "parameters": base["parameters"], "size_ratio": 1.0,
                 **{key: base[key] for key in models[0] if key in base}}
     return pd.DataFrame([base_row, *models]).reindex(columns=list(models[0]))  # the models' column order
@@ -640,21 +687,17 @@ def best_init(grid: pd.DataFrame, size_class: str) -> str:
 def table6(config: KronyConfig) -> pd.DataFrame:
     """The paper's empty Table 6 at the final checkpoint, seed 0: Van Loan init, ``table6_class`` shapes,
     ``table6_factors`` factors, each without and with per-factor scalars."""
-    specs = [ModelSpec("krony", config.table6_class, "van_loan", n, scalars)
-             for n in config.table6_factors for scalars in (False, True)]
-    return pd.DataFrame(_models_at(config, config.fractions[-1], specs, config.seeds[0], "table 6"))
+    return pd.DataFrame(_models_at(config, config.fractions[-1], table6_specs(config), config.seeds[0], "table 6"))
 
 
 def trend_table(config: KronyConfig, init: str) -> pd.DataFrame:
     """The central comparison from every checkpoint of ``fractions`` and every seed: the ``compare_class`` Krony
     model (``init``) vs the distilled and the scratch models; one row per checkpoint x seed x model."""
-    specs = [ModelSpec("krony", config.compare_class, init), ModelSpec("distilled", config.compare_class),
-             ModelSpec("scratch", config.compare_class)]
     rows = []
     for fraction in config.fractions:
         tokens = _base(config, fraction).tokens
         for seed in config.seeds:
-            for row in _models_at(config, fraction, specs, seed, f"trend {fraction:.0%} seed {seed}"):
+            for row in _models_at(config, fraction, trend_specs(config, init), seed, f"trend {fraction:.0%} seed {seed}"):
                 rows.append({"fraction": fraction, "base_tokens": tokens, "seed": seed, **row})
     return pd.DataFrame(rows)
 
