@@ -371,12 +371,17 @@ def test_end_to_end_on_the_smoke_base(tmp_path, monkeypatch, fresh_base_cache):
     config = smoke_config(fractions=[0.1, 1.0], classes=["81M", "67M"], inits=["van_loan", "random"],
                           table6_factors=[1, 2], domains=[])
 
-    # The scratch arm first, as `lmstudy krony scratch` beside the study does: the study then reads it back.
+    # The scratch arm first, as `lmstudy krony scratch` beside the study does (its pretraining, then its continued
+    # training from each checkpoint and seed): the study then reads it back.
     from lmstudy.__main__ import main
     from lmstudy.runs import get_run
 
-    assert main(["krony", "scratch", "--scale", "smoke", "-p", "compare_class", "81M"]) == 0
+    assert main(["krony", "scratch", "--scale", "smoke", "-p", "compare_class", "81M", "-p", "fractions", "[0.1, 1.0]",
+                 "-p", "domains", "[]"]) == 0
     assert get_run(study.STUDY, study._scratch_identity(config)).done
+    with monkeypatch.context() as nothing_to_train:
+        nothing_to_train.setattr(study, "train_and_restore", None)
+        study.scratch_arm_runs(config)
     assert main(["krony", "scratch", "--scale", "smoke", "-p", "no_such_key", "1"]) == 2
 
     grid = study.grid_table(config)

@@ -21,9 +21,11 @@ def register(subparsers) -> None:
         "scratch", help="train notebook 03's equal-data scratch model on its own, beside the study",
         description="Pretrain the dense model of the compared class's size from random weights with the shared "
         "base's recipe (notebook 03's 'scratch, equal data' arm; a second base pretraining, the study's longest "
-        "stage) in this process. Started beside `lmstudy study 03_kronecker` with the same scale and -p values, "
-        "it runs while the study trains its grid; the study reads it back from the run cache, or waits for it "
-        "(the run's lock) if it gets there first. Resumable like every run.",
+        "stage) in this process, then the arm's continued training from each of the base's checkpoints and seeds, "
+        "highest checkpoint first. Started beside `lmstudy study 03_kronecker` with the same scale and -p values, "
+        "it runs while the study trains its other models (which leaves these for last, lowest checkpoint first, so "
+        "the two meet); the study reads them back from the run cache, or waits for one (the run's lock) if it gets "
+        "there first. Resumable like every run.",
     )
     scratch.add_argument("--scale", choices=SCALES, default="cpu")
     scratch.add_argument("-p", "--parameter", nargs=2, action="append", default=[], metavar=("KEY", "VALUE"),
@@ -42,10 +44,11 @@ def print_table(args) -> int:
 
 
 def train_scratch(args) -> int:
-    """``lmstudy krony scratch``: the study's ``scratch_pretraining`` with the notebook's preset plus ``-p``."""
+    """``lmstudy krony scratch``: the study's ``scratch_pretraining`` with the notebook's preset plus ``-p``, then
+    its continued training (``scratch_arm_runs``)."""
     from dataclasses import fields
 
-    from lmstudy.krony.study import KronyConfig, scratch_pretraining
+    from lmstudy.krony.study import KronyConfig, scratch_arm_runs, scratch_pretraining
     from lmstudy.notebook_runner import parse_overrides
     from lmstudy.scales import preset
 
@@ -58,4 +61,5 @@ def train_scratch(args) -> int:
     metrics = scratch_pretraining(config)
     print(f"scratch, equal data ({args.scale}): {metrics['steps']:,} steps, {metrics['tokens']:,} tokens, "
           f"{metrics['parameters']:,} parameters, final validation loss {metrics['val_loss']:.4f}")
+    scratch_arm_runs(config, highest_first=True)
     return 0

@@ -652,7 +652,6 @@ def train_runs(config: KronyConfig) -> None:
     there before its end (:func:`scratch_checkpoint`). Taken in the tables' order, the grid's scratch row would
     make this process wait for the whole pretraining first. The grid's Krony rows pick the trend's init."""
     final, first_seed = config.fractions[-1], config.seeds[0]
-    scratch = [spec for spec in grid_specs(config) if spec.kind == "scratch"]  # same model as the trend's
     grid = _models_at(config, final, [s for s in grid_specs(config) if s.kind != "scratch"], first_seed, "grid")
     _models_at(config, final, table6_specs(config), first_seed, "table 6")
     init = best_init(pd.DataFrame(grid), config.compare_class)
@@ -660,9 +659,17 @@ def train_runs(config: KronyConfig) -> None:
     for fraction in config.fractions:
         for seed in config.seeds:
             _models_at(config, fraction, others, seed, f"trend {fraction:.0%} seed {seed}")
-    for fraction in config.fractions:
+    scratch_arm_runs(config)
+
+
+def scratch_arm_runs(config: KronyConfig, highest_first: bool = False) -> None:
+    """The scratch arm's continued training from every checkpoint of ``fractions`` and every seed (the grid's
+    scratch row is the trend's at the final checkpoint and first seed). ``lmstudy krony scratch`` takes them
+    highest checkpoint first after its pretraining, :func:`train_runs` lowest first: two processes meet."""
+    spec = ModelSpec("scratch", config.compare_class)
+    for fraction in sorted(config.fractions, reverse=highest_first):
         for seed in config.seeds:
-            _models_at(config, fraction, scratch, seed, f"scratch arm {fraction:.0%} seed {seed}")
+            _models_at(config, fraction, [spec], seed, f"scratch arm {fraction:.0%} seed {seed}")
 
 
 def grid_table(config: KronyConfig) -> pd.DataFrame:
