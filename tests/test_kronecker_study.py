@@ -288,28 +288,32 @@ def test_distill_task_trains_the_student_only():
         DistillTask(ids, ids[:50], batch_size=2, seq_len=8)
 
 
-def test_train_runs_leaves_the_scratch_arm_for_last_lowest_checkpoint_first(monkeypatch):
+def test_train_runs_trains_the_krony_models_then_the_baselines_which_a_second_process_takes_from_the_end(monkeypatch):
     config = smoke_config(fractions=[0.1, 1.0], seeds=[0, 1], classes=["81M"], inits=["van_loan", "random"],
                           table6_factors=[1])
     calls = []
 
     def models_at(config, fraction, specs, seed, desc):
-        calls.append((fraction, seed, specs))
+        calls.extend((fraction, seed, spec) for spec in specs)
         return [{"model": study.LABELS[s.kind], "class": s.size_class, "init": s.init,
                  "wikitext_bpb": 1.0 if s.init == "random" else 2.0} for s in specs]
 
     monkeypatch.setattr(study, "_models_at", models_at)
     study.train_runs(config)
-    with_scratch = [i for i, (_, _, specs) in enumerate(calls) if any(s.kind == "scratch" for s in specs)]
-    first = with_scratch[0]
-    assert with_scratch == list(range(first, len(calls)))  # nothing else after the first scratch run
-    assert [(fraction, seed) for fraction, seed, _ in calls[first:]] == [(0.1, 0), (0.1, 1), (1.0, 0), (1.0, 1)]
-    trained = {(fraction, seed, spec) for fraction, seed, specs in calls for spec in specs}
+    kinds = [spec.kind for _, _, spec in calls]
+    first_dense = kinds.index("distilled")
+    assert set(kinds[:first_dense]) == {"krony"} and "krony" not in kinds[first_dense:]
+    dense = calls[first_dense:]
+    assert [(spec.kind, fraction, seed) for fraction, seed, spec in dense] == [
+        (kind, fraction, seed) for kind in ("distilled", "scratch") for fraction in (0.1, 1.0) for seed in (0, 1)]
     # Every run the grid, Table 6 and the trend (with the grid's best init, random here) read, and no other.
     needed = {(1.0, 0, spec) for spec in study.grid_specs(config) + study.table6_specs(config)}
     needed |= {(f, seed, spec) for f in config.fractions for seed in config.seeds
                for spec in study.trend_specs(config, "random")}
-    assert trained == needed
+    assert set(calls) == needed  # (the trend's Krony run at the final checkpoint and first seed is the grid's, cached)
+    calls.clear()
+    study.baseline_runs(config, from_the_end=True)  # `lmstudy krony baselines`
+    assert calls == dense[::-1]
 
 
 def test_scratch_checkpoint_is_read_once_written_before_the_run_ends(tmp_path, monkeypatch):
@@ -371,18 +375,18 @@ def test_end_to_end_on_the_smoke_base(tmp_path, monkeypatch, fresh_base_cache):
     config = smoke_config(fractions=[0.1, 1.0], classes=["81M", "67M"], inits=["van_loan", "random"],
                           table6_factors=[1, 2], domains=[])
 
-    # The scratch arm first, as `lmstudy krony scratch` beside the study does (its pretraining, then its continued
-    # training from each checkpoint and seed): the study then reads it back.
+    # The dense baselines first, as `lmstudy krony baselines` beside the study does (the scratch arm's pretraining,
+    # then the distilled and scratch runs from each checkpoint and seed): the study then reads them back.
     from lmstudy.__main__ import main
     from lmstudy.runs import get_run
 
-    assert main(["krony", "scratch", "--scale", "smoke", "-p", "compare_class", "81M", "-p", "fractions", "[0.1, 1.0]",
-                 "-p", "domains", "[]"]) == 0
+    assert main(["krony", "baselines", "--scale", "smoke", "-p", "compare_class", "81M", "-p", "fractions",
+                 "[0.1, 1.0]", "-p", "domains", "[]"]) == 0
     assert get_run(study.STUDY, study._scratch_identity(config)).done
     with monkeypatch.context() as nothing_to_train:
         nothing_to_train.setattr(study, "train_and_restore", None)
-        study.scratch_arm_runs(config)
-    assert main(["krony", "scratch", "--scale", "smoke", "-p", "no_such_key", "1"]) == 2
+        study.baseline_runs(config)
+    assert main(["krony", "baselines", "--scale", "smoke", "-p", "no_such_key", "1"]) == 2
 
     grid = study.grid_table(config)
     assert grid["model"].tolist() == ["base"] + ["Krony"] * 4 + ["distilled", "scratch, equal data"]

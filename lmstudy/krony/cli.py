@@ -1,5 +1,5 @@
-"""The ``lmstudy krony`` commands: ``krony table`` prints the paper's parameter Tables 1 and 2; ``krony scratch``
-trains notebook 03's equal-data scratch model in a process of its own."""
+"""The ``lmstudy krony`` commands: ``krony table`` prints the paper's parameter Tables 1 and 2; ``krony baselines``
+trains notebook 03's dense baselines (the distilled and the equal-data scratch models) in a process of its own."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ STUDY_NOTEBOOK = "03_kronecker"
 
 
 def register(subparsers) -> None:
-    """Add ``krony table`` and ``krony scratch`` to the ``lmstudy`` command line."""
+    """Add ``krony table`` and ``krony baselines`` to the ``lmstudy`` command line."""
     from lmstudy.scales import SCALES
 
     krony = subparsers.add_parser("krony", help="Krony-PT (Kronecker-factored GPT-2 MLPs) tools")
@@ -17,21 +17,20 @@ def register(subparsers) -> None:
         description="Every row of Krony-PT Table 1 and the multi-factor rows of Table 2, beside the paper's numbers.",
     )
     table.set_defaults(handler=print_table)
-    scratch = krony_commands.add_parser(
-        "scratch", help="train notebook 03's equal-data scratch model on its own, beside the study",
-        description="Pretrain the dense model of the compared class's size from random weights with the shared "
-        "base's recipe (notebook 03's 'scratch, equal data' arm; a second base pretraining, the study's longest "
-        "stage) in this process, then the arm's continued training from each of the base's checkpoints and seeds, "
-        "highest checkpoint first. Started beside `lmstudy study 03_kronecker` with the same scale and -p values, "
-        "it runs while the study trains its other models (which leaves these for last, lowest checkpoint first, so "
-        "the two meet); the study reads them back from the run cache, or waits for one (the run's lock) if it gets "
-        "there first. Resumable like every run.",
+    baselines = krony_commands.add_parser(
+        "baselines", help="train notebook 03's dense baselines in a second process, beside the study",
+        description="Train notebook 03's dense baselines of the compared class's size, the distilled and the "
+        "equal-data scratch models, from every checkpoint of the base and every seed: the study's list of them "
+        "taken from its other end (lmstudy.krony.study.baseline_runs), the scratch arm's pretraining (a second base "
+        "pretraining, the study's longest run) first unless the run cache has it. Started beside `lmstudy study "
+        "03_kronecker` with the same scale and -p values, it trains while the study trains its Krony models; the "
+        "two meet in the list, the study reading back what this process trained (or waiting for the run it is "
+        "training, through the run's lock). Resumable like every run.",
     )
-    scratch.add_argument("--scale", choices=SCALES, default="cpu")
-    scratch.add_argument("-p", "--parameter", nargs=2, action="append", default=[], metavar=("KEY", "VALUE"),
-                         help="a notebook 03 parameter, as for `lmstudy study` (the scratch model depends on "
-                         "base_scale, base_overrides and compare_class)")
-    scratch.set_defaults(handler=train_scratch)
+    baselines.add_argument("--scale", choices=SCALES, default="cpu")
+    baselines.add_argument("-p", "--parameter", nargs=2, action="append", default=[], metavar=("KEY", "VALUE"),
+                           help="a notebook 03 parameter, as for `lmstudy study` (give the study's)")
+    baselines.set_defaults(handler=train_baselines)
 
 
 def print_table(args) -> int:
@@ -43,12 +42,12 @@ def print_table(args) -> int:
     return 0
 
 
-def train_scratch(args) -> int:
-    """``lmstudy krony scratch``: the study's ``scratch_pretraining`` with the notebook's preset plus ``-p``, then
-    its continued training (``scratch_arm_runs``)."""
+def train_baselines(args) -> int:
+    """``lmstudy krony baselines``: the study's ``baseline_runs`` from the other end, with the notebook's preset
+    plus ``-p``."""
     from dataclasses import fields
 
-    from lmstudy.krony.study import KronyConfig, scratch_arm_runs, scratch_pretraining
+    from lmstudy.krony.study import KronyConfig, baseline_runs, scratch_pretraining
     from lmstudy.notebook_runner import parse_overrides
     from lmstudy.scales import preset
 
@@ -61,5 +60,5 @@ def train_scratch(args) -> int:
     metrics = scratch_pretraining(config)
     print(f"scratch, equal data ({args.scale}): {metrics['steps']:,} steps, {metrics['tokens']:,} tokens, "
           f"{metrics['parameters']:,} parameters, final validation loss {metrics['val_loss']:.4f}")
-    scratch_arm_runs(config, highest_first=True)
+    baseline_runs(config, from_the_end=True)
     return 0

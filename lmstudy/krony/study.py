@@ -644,32 +644,31 @@ def trend_specs(config: KronyConfig, init: str) -> list[ModelSpec]:
 
 
 def train_runs(config: KronyConfig) -> None:
-    """Train (or find in the run cache) every run the tables below read, those that continue the scratch arm last,
-    lowest checkpoint first.
+    """Train (or find in the run cache) every run the tables below read: the Krony models first (the grid's pick
+    the trend's init), then the dense baselines (:func:`baseline_runs`).
 
-    The scratch arm is a second base pretraining, the study's longest run; run in a process of its own (``lmstudy
-    krony scratch``), it trains while this process trains everything else, and its 10% and 30% checkpoints are
-    there before its end (:func:`scratch_checkpoint`). Taken in the tables' order, the grid's scratch row would
-    make this process wait for the whole pretraining first. The grid's Krony rows pick the trend's init."""
+    The dense baselines can train in a second process meanwhile, ``lmstudy krony baselines``, which takes the same
+    list from its other end: the two meet (a run one process is training, the other waits for through the run's
+    lock, then reads back). The scratch arm's pretraining, a second base pretraining and the study's longest run,
+    comes with the first scratch run."""
     final, first_seed = config.fractions[-1], config.seeds[0]
-    grid = _models_at(config, final, [s for s in grid_specs(config) if s.kind != "scratch"], first_seed, "grid")
+    grid = _models_at(config, final, [s for s in grid_specs(config) if s.kind == "krony"], first_seed, "grid")
     _models_at(config, final, table6_specs(config), first_seed, "table 6")
-    init = best_init(pd.DataFrame(grid), config.compare_class)
-    others = [s for s in trend_specs(config, init) if s.kind != "scratch"]
+    krony = ModelSpec("krony", config.compare_class, best_init(pd.DataFrame(grid), config.compare_class))
     for fraction in config.fractions:
         for seed in config.seeds:
-            _models_at(config, fraction, others, seed, f"trend {fraction:.0%} seed {seed}")
-    scratch_arm_runs(config)
+            _models_at(config, fraction, [krony], seed, f"trend {fraction:.0%} seed {seed}")
+    baseline_runs(config)
 
 
-def scratch_arm_runs(config: KronyConfig, highest_first: bool = False) -> None:
-    """The scratch arm's continued training from every checkpoint of ``fractions`` and every seed (the grid's
-    scratch row is the trend's at the final checkpoint and first seed). ``lmstudy krony scratch`` takes them
-    highest checkpoint first after its pretraining, :func:`train_runs` lowest first: two processes meet."""
-    spec = ModelSpec("scratch", config.compare_class)
-    for fraction in sorted(config.fractions, reverse=highest_first):
-        for seed in config.seeds:
-            _models_at(config, fraction, [spec], seed, f"scratch arm {fraction:.0%} seed {seed}")
+def baseline_runs(config: KronyConfig, from_the_end: bool = False) -> None:
+    """The dense baselines' runs of the grid and the trend (the grid's are the trend's at the final checkpoint and
+    first seed): distilled, then scratch, each lowest checkpoint first; ``from_the_end``: that list reversed
+    (``lmstudy krony baselines``, beside the study's :func:`train_runs`)."""
+    runs = [(ModelSpec(kind, config.compare_class), fraction, seed) for kind in ("distilled", "scratch")
+            for fraction in config.fractions for seed in config.seeds]
+    for spec, fraction, seed in reversed(runs) if from_the_end else runs:
+        _models_at(config, fraction, [spec], seed, f"{LABELS[spec.kind]} {fraction:.0%} seed {seed}")
 
 
 def grid_table(config: KronyConfig) -> pd.DataFrame:
