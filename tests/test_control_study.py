@@ -15,7 +15,6 @@ from lmstudy.ctrl.study import (
     attribution_examples,
     attribution_summary,
     code_perplexity_table,
-    continuation_perplexities,
     confusion_heatmap,
     confusion_matrix,
     controllability,
@@ -97,25 +96,6 @@ def test_side_by_side_and_controllability(trained):
     assert (summary["accuracy"] > 0.5).all()
     with pytest.raises(ValueError, match="two domains"):
         train_domain_classifier({"Alpha": texts.valid["Alpha"]})
-
-
-def test_continuation_perplexities_in_batches_equal_one_pass_per_pair(trained):
-    import torch
-
-    loaded, *_ = trained
-    model = loaded.model.eval()
-    pairs = [([1, 2], [3, 4, 5]), ([2, 1], [5, 4, 3]), ([1, 2, 3], [4]), ([1], []), ([3, 3], [1, 2, 1])]
-    batched = continuation_perplexities(model, pairs, max_batch=2)  # the first group splits in two
-    for (prefix, continuation), value in zip(pairs, batched):
-        if not continuation:
-            assert math.isnan(value)
-            continue
-        ids = torch.tensor([prefix + continuation])
-        with torch.no_grad():
-            log_probs = torch.log_softmax(model(input_ids=ids[:, :-1]).logits.float(), dim=-1)[0]
-        expected = math.exp(-sum(log_probs[len(prefix) - 1 + i, token].item() for i, token in enumerate(continuation))
-                            / len(continuation))
-        assert value == pytest.approx(expected, rel=1e-5)
 
 
 def test_repetition_sweep_penalty_reduces_repetition(trained):

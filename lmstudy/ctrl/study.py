@@ -245,28 +245,16 @@ def decoding_settings(thetas: Sequence[float] = (1.0, 1.1, 1.2, 1.3, 1.5), hf_th
 
 
 @torch.no_grad()
-def continuation_perplexities(model, pairs: Sequence[tuple[Sequence[int], Sequence[int]]],
-                              max_batch: int = 32) -> list[float]:
-    """exp(mean -log p(continuation | prefix)) under the model, no penalty, for each ``(prefix, continuation)``
-    pair (NaN for an empty continuation). Pairs whose prefix and continuation have the same lengths go through the
-    model together, up to ``max_batch`` at once: a short sequence's pass is bound by reading the weights, so a
-    batch costs about what one sequence does."""
-    perplexities = [math.nan] * len(pairs)
-    groups: dict[tuple[int, int], list[int]] = {}
-    for index, (prefix, continuation) in enumerate(pairs):
-        if continuation:
-            groups.setdefault((len(prefix), len(continuation)), []).append(index)
+def _continuation_perplexity(model, prefix: Sequence[int], continuation: Sequence[int]) -> float:
+    """exp(mean -log p(continuation | code + prompt)) under the model, no penalty."""
+    if not continuation:
+        return float("nan")
     device = next(model.parameters()).device
-    for (prefix_length, _), indices in groups.items():
-        for start in range(0, len(indices), max_batch):
-            chunk = indices[start:start + max_batch]
-            ids = torch.tensor([[*pairs[i][0], *pairs[i][1]] for i in chunk], device=device)  # (B, L)
-            log_probs = torch.log_softmax(model(input_ids=ids[:, :-1]).logits.float(), dim=-1)  # (B, L-1, V)
-            targets = ids[:, prefix_length:]  # (B, n)
-            picked = log_probs[:, prefix_length - 1:, :].gather(2, targets.unsqueeze(-1)).squeeze(-1)  # (B, n)
-            for i, value in zip(chunk, torch.exp(-picked.mean(dim=1)).tolist()):
-                perplexities[i] = value
-    return perplexities
+    ids = torch.tensor([list(prefix) + list(continuation)], device=device)  # (1, L)
+    log_probs = torch.log_softmax(model(input_ids=ids[:, :-1]).logits.float(), dim=-1)  # (1, L-1, V)
+    targets = ids[:, len(prefix):]  # (1, n)
+    picked = log_probs[:, len(prefix) - 1:, :].gather(2, targets.unsqueeze(-1)).squeeze(-1)  # (1, n)
+    return math.exp(-picked.mean().item())
 
 
 def repetition_sweep(model, tokenizer, codes: Sequence[str], prompts: Sequence[str] = NEUTRAL_PROMPTS,
@@ -275,17 +263,16 @@ def repetition_sweep(model, tokenizer, codes: Sequence[str], prompts: Sequence[s
     """One row per (setting, prompt, code): the repetition stats and the model's perplexity of the
     continuation. Generation runs to ``max_new_tokens`` (eos does not stop it) so lengths match."""
     settings = decoding_settings() if settings is None else settings
-    rows, pairs = [], []
+    rows = []
     for name, sampling in settings.items():
         for prompt in prompts:
             prompt_ids = tokenizer(prompt, add_special_tokens=False)["input_ids"]
             for g in generate_codes(model, tokenizer, prompt, codes, sampling, max_new_tokens, seed,
                                     stop_at_eos=False):
-                pairs.append(([code_id(tokenizer, g.code)] + prompt_ids, g.token_ids))
+                prefix = [code_id(tokenizer, g.code)] + prompt_ids
                 rows.append({"setting": name, "prompt": prompt, "code": g.code, "tokens": len(g.token_ids),
-                             **repetition_stats(g.token_ids)})
-    for row, perplexity in zip(rows, continuation_perplexities(model, pairs)):
-        row["perplexity"] = perplexity
+                             **repetition_stats(g.token_ids),
+                             "perplexity": _continuation_perplexity(model, prefix, g.token_ids)})
     return pd.DataFrame(rows)
 
 
@@ -401,6 +388,6 @@ def arms_loss_plot(logs: Mapping[str, Sequence[dict]], title: str = "") -> plt.F
 
 __all__ = ["EMPTY", "NEUTRAL_PROMPTS", "PAPER_THETA", "PROBE_STATEMENTS", "arms_loss_plot", "arms_table",
            "attribution_examples", "attribution_summary", "better_arm", "by_arm", "code_perplexity_table",
-           "confusion_heatmap", "confusion_matrix", "continuation_perplexities", "control_run", "controllability",
-           "decoding_settings", "repetition_plot", "repetition_stats", "repetition_summary", "repetition_sweep",
-           "side_by_side", "train_domain_classifier"]
+           "confusion_heatmap", "confusion_matrix", "control_run", "controllability", "decoding_settings",
+           "repetition_plot", "repetition_stats", "repetition_summary", "repetition_sweep", "side_by_side",
+           "train_domain_classifier"]
