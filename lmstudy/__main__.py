@@ -24,12 +24,10 @@ import sys
 
 def _add_data_command(subparsers) -> None:
     from lmstudy.data import cli as data_cli
-    from lmstudy.data import stats as data_stats
 
     data = subparsers.add_parser("data", help="list, verify, fetch corpora; add your own; rare-word statistics")
     data_commands = data.add_subparsers(dest="data_command", required=True, metavar="SUBCOMMAND")
     data_cli.register(data_commands)
-    data_stats.register(data_commands)
 
 
 def _add_study_command(subparsers) -> None:
@@ -77,9 +75,9 @@ def build_parser() -> argparse.ArgumentParser:
     from lmstudy.ctrl import cli as control_cli
 
     control_cli.register(subparsers)
-    from lmstudy.welch import hpsearch
+    from lmstudy.welch import hpsearch_cli
 
-    hpsearch.register(subparsers)
+    hpsearch_cli.register(subparsers)
     from lmstudy import run_archive
 
     run_archive.register(subparsers)

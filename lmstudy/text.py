@@ -50,8 +50,6 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from nltk.tokenize import TreebankWordTokenizer
-
 from lmstudy.runs import atomic_write_text
 
 # Bump when a rule below changes: cached normalised text (lmstudy.data.splits) is rebuilt.
@@ -106,13 +104,17 @@ def _keep_inner_ampersand(rules: list) -> list:
             for pattern, substitution in rules]
 
 
-class _PTBWordTokenizer(TreebankWordTokenizer):
-    """Treebank rules, except that ``&`` between word characters stays inside the word (at&t, s&p)."""
+@functools.cache
+def _word_tokenizer():
+    """nltk's Treebank tokenizer, except that ``&`` between word characters stays inside the word (at&t, s&p).
+    Built on first use: importing nltk takes seconds (it imports scipy), which every ``lmstudy`` command that
+    imports this module would otherwise pay, tokenising or not."""
+    from nltk.tokenize import TreebankWordTokenizer
 
-    PUNCTUATION = _keep_inner_ampersand(TreebankWordTokenizer.PUNCTUATION)
+    class PTBWordTokenizer(TreebankWordTokenizer):
+        PUNCTUATION = _keep_inner_ampersand(TreebankWordTokenizer.PUNCTUATION)
 
-
-_TOKENIZER = _PTBWordTokenizer()
+    return PTBWordTokenizer()
 
 
 def _is_abbreviation(word: str) -> bool:
@@ -151,7 +153,7 @@ def normalise_line(line: str) -> list[str]:
     # Protected pieces become private-use characters the tokeniser leaves alone, so a line is
     # tokenised in one call; they are turned into their words again below.
     line = _PROTECTED.sub(lambda match: f" {_PLACEHOLDERS[match.lastgroup]} ", line)
-    tokens = [token.lower() for token in _TOKENIZER.tokenize(line)]
+    tokens = [token.lower() for token in _word_tokenizer().tokenize(line)]
     # The tokeniser splits the line-final period off an abbreviation: U.S. -> u.s .  -> u.s.
     if len(tokens) >= 2 and tokens[-1] == "." and _is_abbreviation(tokens[-2] + "."):
         tokens[-2:] = [tokens[-2] + "."]

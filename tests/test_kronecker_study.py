@@ -351,15 +351,41 @@ def test_scratch_checkpoint_is_read_once_written_before_the_run_ends(tmp_path, m
     assert pretrained == [True]
 
 
+def test_initial_model_is_built_once_for_its_two_users(monkeypatch):
+    config = smoke_config()
+    built = []
+
+    def build(config, fraction, spec, seed):
+        built.append((fraction, spec, seed))
+        torch.manual_seed(len(built))
+        return GPT2LMHeadModel(SMALL)
+
+    monkeypatch.setattr(study, "_build_initial_model", build)
+    monkeypatch.setattr(study, "_identity", lambda config, fraction, spec, stage, seed: {
+        "fraction": fraction, "model": repr(spec), "seed": seed})
+    monkeypatch.setattr(study, "_LAST_INITIAL", {})
+    van_loan = ModelSpec("krony", "81M", "van_loan")
+    first = study.initial_model(config, 1.0, van_loan, seed=0)
+    first.transformer.wte.weight.data.zero_()  # the caller's copy: training it leaves the kept one alone
+    again = study.initial_model(config, 1.0, van_loan, seed=1)  # Van Loan does not depend on the seed
+    assert len(built) == 1 and again.transformer.wte.weight.abs().sum() > 0
+    random = ModelSpec("krony", "81M", "random")
+    study.initial_model(config, 1.0, random, seed=0)
+    study.initial_model(config, 1.0, random, seed=1)  # random factors do
+    assert [seed for _, _, seed in built] == [0, 0, 1]
+
+
 @pytest.fixture
 def fresh_base_cache():
     """The bases (lmstudy.base.loaded_study_base) and the study's streams are kept per process: forget them before
     and after a test that moves the run cache."""
     base._loaded_study_base.cache_clear()
     study._streams.cache_clear()
+    study._LAST_INITIAL.clear()
     yield
     base._loaded_study_base.cache_clear()
     study._streams.cache_clear()
+    study._LAST_INITIAL.clear()
 
 
 @pytest.mark.slow

@@ -44,8 +44,10 @@ DRY_RUNS: dict[str, tuple[dict[str, str], list[str]]] = {
     }, ["ptb"]),
     "01_embedding_init": ({
         "configs": "standard_vs_ours", "seeds": "[0]", "settings": "[Std]", "section3_seeds": "[]",
-        "max_epochs": "1", "max_steps": "2", "train_tokens": "3000", "eval_tokens": "1000", "vector_epochs": "1",
-        "pretrain_sentences": "1000",
+        "max_epochs": "1", "max_steps": "2", "train_tokens": "3000", "vector_epochs": "1", "pretrain_sentences": "1000",
+        # a few evaluation windows: 500 tokens of valid and test, 50 positions of a batch of 10 (reading 1,000 tokens
+        # one position at a time through the 3 x 1150 LSTM was two fifths of its LSTM time, in 18 runs)
+        "eval_tokens": "500",
         # the freezing trend: its 8 runs (4 configurations x Std-news, Rare) for one epoch of 1,500 tokens (one
         # step of 20 x 70: training was three quarters of this dry run, the trend's 8 runs two thirds)
         "trend_seeds": "[0]", "trend_train_tokens": "1500", "trend_epoch_cap": "1", "trend_stop_after": "1",
@@ -57,7 +59,7 @@ DRY_RUNS: dict[str, tuple[dict[str, str], list[str]]] = {
     "01b_embedding_init_extended": ({
         "configs": "pair", "seeds": "[0]", "domains": "[news]", "unk_cutoffs": "[0]",
         "vector_sources": "[news]", "train_multiples": "[1]", "search_trials": "1", "max_epochs": "1",
-        "max_steps": "2", "train_tokens": "3000", "eval_tokens": "1000", "vector_epochs": "1",
+        "max_steps": "2", "train_tokens": "3000", "eval_tokens": "500", "vector_epochs": "1",  # (as 01)
         "pretrain_sentences": "1000",
         "test_batch_size": "10",  # time (as 01)
         # the word-level GPT-2 keeps 12 x 400; batch 4 x 128 for time (as 00; its runs were half this dry run)

@@ -261,7 +261,7 @@ def test_rare_word_table_files(fake_domain, tmp_path):
 def test_stats_command(fake_domain, capsys):
     import argparse
 
-    from lmstudy.data.stats import register
+    from lmstudy.data.cli import register
 
     parser = argparse.ArgumentParser(prog="lmstudy data")
     register(parser.add_subparsers())

@@ -36,13 +36,13 @@ from lmstudy.data.catalogue import (
     verify,
 )
 from lmstudy.data.user_corpus import corpus_info, registered_corpora
-from lmstudy.paths import data_dir, user_data_dir
+from lmstudy.paths import data_dir, figures_dir, user_data_dir
 
 LICENCE_WIDTH = 60  # the table truncates long licence statements; `data list -v` prints them whole
 
 
 def register(subparsers) -> None:
-    """Add ``list``, ``verify``, ``fetch`` and ``add`` to the ``data`` command's subparsers."""
+    """Add ``list``, ``verify``, ``fetch``, ``add`` and ``stats`` to the ``data`` command's subparsers."""
     listing = subparsers.add_parser("list", help="corpora: size, word counts vs MANIFEST.md, licence, presence")
     listing.add_argument("-v", "--verbose", action="store_true",
                          help="also print full licence, origin, counting rule and per-part counts")
@@ -80,6 +80,13 @@ def register(subparsers) -> None:
                         "887,521, with valid 70,390 and test 78,669)")
     adding.add_argument("--force", action="store_true", help="replace a registered corpus of the same name")
     adding.set_defaults(handler=run_add)
+    stats = subparsers.add_parser(
+        "stats", help="rare-word statistics of the splits (Welch et al. Table 4) -> figures/rare_words.*",
+        description="Rare-word statistics of our splits beside Welch et al. (2020) Table 4 (lmstudy.data.stats).",
+    )
+    stats.add_argument("domains", nargs="*", help="domains (default: all with splits)")
+    stats.add_argument("--threshold", type=int, default=5, help="rare = occurs at most this often (5)")
+    stats.set_defaults(handler=run_stats)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -213,6 +220,21 @@ def run_add(args) -> int:
     for run in registration.stale_runs:
         print(f"warning: cached run {run} was trained on the replaced {info.name!r} and would be reused: delete it")
     print(f"use it: python -m lmstudy study 01b_embedding_init_extended --scale cpu -p domain {info.name}")
+    return 0
+
+
+def run_stats(args) -> int:
+    """``data stats``: the rare-word table (:mod:`lmstudy.data.stats`) into ``figures/``, printed."""
+    import pandas as pd
+
+    from lmstudy.data.stats import write_rare_word_table
+
+    started = time.perf_counter()
+    table = write_rare_word_table(args.domains or None, args.threshold)
+    with pd.option_context("display.width", 160, "display.max_columns", 20):
+        print(table.drop(columns=["paper_row"]).to_string(index=False, float_format=lambda v: f"{v:.3g}"))
+    seconds = time.perf_counter() - started
+    print(f"wrote {figures_dir() / 'rare_words.csv'} and rare_words.md in {seconds:.0f} s")
     return 0
 
 

@@ -9,12 +9,11 @@ types/tokens that occur five times or fewer in the pretraining split ("Train in 
 Output: ``figures/rare_words.csv`` (tidy: one row per dataset, ``source`` = ours or the paper) and
 ``figures/rare_words.md`` (the same as a Markdown table, with notes). The first run builds the token
 caches of every domain (all pretraining data is normalised once: tens of minutes on a laptop);
-later runs only count.
+later runs only count. The command itself is in :mod:`lmstudy.data.cli`.
 """
 
 from __future__ import annotations
 
-import time
 from dataclasses import asdict, fields
 
 import pandas as pd
@@ -109,25 +108,4 @@ def write_rare_word_table(domains: list[str] | None = None, threshold: int = 5) 
     return table
 
 
-def register(data_subparsers) -> None:
-    """Add ``stats`` to the ``python -m lmstudy data`` subcommands."""
-    parser = data_subparsers.add_parser(
-        "stats", help="rare-word statistics of the splits (Welch et al. Table 4) -> figures/rare_words.*",
-        description=__doc__.split("\n\n")[0],
-    )
-    parser.add_argument("domains", nargs="*", help="domains (default: all with splits)")
-    parser.add_argument("--threshold", type=int, default=5, help="rare = occurs at most this often (5)")
-    parser.set_defaults(handler=_run_stats)
-
-
-def _run_stats(args) -> int:
-    started = time.perf_counter()
-    table = write_rare_word_table(args.domains or None, args.threshold)
-    with pd.option_context("display.width", 160, "display.max_columns", 20):
-        print(table.drop(columns=["paper_row"]).to_string(index=False, float_format=lambda v: f"{v:.3g}"))
-    seconds = time.perf_counter() - started
-    print(f"wrote {figures_dir() / 'rare_words.csv'} and rare_words.md in {seconds:.0f} s")
-    return 0
-
-
-__all__ = ["PAPER_TABLE_4", "rare_word_table", "register", "write_rare_word_table"]
+__all__ = ["PAPER_TABLE_4", "rare_word_table", "write_rare_word_table"]

@@ -497,8 +497,21 @@ class DistillTask(LMTask):
 # ---------------------------------------------------------------------------------------------------
 
 
+_LAST_INITIAL: dict[str, GPT2LMHeadModel] = {}  # the last initial model built, by the hash of its identity
+
+
 def initial_model(config: KronyConfig, fraction: float, spec: ModelSpec, seed: int = 0) -> GPT2LMHeadModel:
-    """The model of ``spec`` as continued training starts it, from the base checkpoint ``fraction``."""
+    """The model of ``spec`` as continued training starts it, from the base checkpoint ``fraction``: a copy of the
+    last one built when it is the same model (:func:`continued_run` and :func:`initial_metrics` both start from it:
+    the base's copy and a Van Loan SVD per MLP matrix, once, not twice)."""
+    key = config_hash(_identity(config, fraction, spec, "initial", seed if spec.seeded_init else None))
+    if key not in _LAST_INITIAL:
+        _LAST_INITIAL.clear()  # one model at a time: at paper dims each is hundreds of MB
+        _LAST_INITIAL[key] = _build_initial_model(config, fraction, spec, seed)
+    return copy.deepcopy(_LAST_INITIAL[key])
+
+
+def _build_initial_model(config: KronyConfig, fraction: float, spec: ModelSpec, seed: int) -> GPT2LMHeadModel:
     base = load_base(config, fraction)
     if spec.kind == "krony":
         kron = KroneckerConfig(a_shape=class_a_shape(spec.size_class, base.model.config.n_embd),

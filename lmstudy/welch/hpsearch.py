@@ -63,7 +63,6 @@ Design decisions:
 
 from __future__ import annotations
 
-import argparse
 import math
 import time
 import warnings
@@ -401,31 +400,7 @@ def search_config(scale: str, n_trials: int | None = None, storage: str = "", st
                         seed=seed, storage=storage)
 
 
-def register(subparsers) -> None:
-    """``python -m lmstudy hpsearch --scale cpu [--n-trials N] [--storage URL] [--study-name NAME]``."""
-    parser = subparsers.add_parser(
-        "hpsearch", help="Welch Figure 1: random hyperparameter search, baseline vs ours (Optuna)",
-        description="Run, resume or join (several workers on one --storage) the random search of notebook "
-        "01b at a scale; prints the per-trial table and the expected validation performance.")
-    parser.add_argument("--scale", choices=("smoke", "cpu", "paper"), default="smoke")
-    parser.add_argument("--n-trials", type=int, default=None, help="total samples of the study (default: preset)")
-    parser.add_argument("--storage", default="",
-                        help="Optuna RDB URL (default: sqlite:///runs/optuna.db); several workers share a study "
-                        "with postgresql://USER:PASSWORD@HOST/DB (needs: pip install 'lmstudy[postgres]')")
-    parser.add_argument("--study-name", default="", help="default: welch-fig1-SCALE-<hash of the settings>")
-    parser.add_argument("--seed", type=int, default=None)
-    parser.set_defaults(handler=_cli)
-
-
-def _cli(args: argparse.Namespace) -> int:
-    config = search_config(args.scale, args.n_trials, args.storage, args.study_name, args.seed)
-    table = search_table(run_search(config))
-    print(table.to_string(index=False))
-    print(evp_table(table).to_string(index=False))
-    return 0
-
-
 __all__ = ["BASELINE", "OURS", "PAPER_BOUNDS", "PAPER_TUNED", "SearchConfig", "SearchSpace", "best_params_table",
            "best_run_overrides", "storage_url",
-           "default_storage", "evp_figure", "evp_table", "expected_best", "load_study", "register", "run_configs",
+           "default_storage", "evp_figure", "evp_table", "expected_best", "load_study", "run_configs",
            "run_search", "sample_trials", "scatter_figure", "search_config", "search_table"]
