@@ -298,7 +298,11 @@ def test_train_runs_trains_the_krony_models_then_the_baselines_which_a_second_pr
         return [{"model": study.LABELS[s.kind], "class": s.size_class, "init": s.init,
                  "wikitext_bpb": 1.0 if s.init == "random" else 2.0} for s in specs]
 
+    def continued_run(config, fraction, spec, seed):
+        calls.append((fraction, seed, spec))
+
     monkeypatch.setattr(study, "_models_at", models_at)
+    monkeypatch.setattr(study, "continued_run", continued_run)
     study.train_runs(config)
     kinds = [spec.kind for _, _, spec in calls]
     first_dense = kinds.index("distilled")

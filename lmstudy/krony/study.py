@@ -666,11 +666,9 @@ def train_runs(config: KronyConfig) -> None:
     comes with the first scratch run."""
     final, first_seed = config.fractions[-1], config.seeds[0]
     grid = _models_at(config, final, [s for s in grid_specs(config) if s.kind == "krony"], first_seed, "grid")
-    _models_at(config, final, table6_specs(config), first_seed, "table 6")
     krony = ModelSpec("krony", config.compare_class, best_init(pd.DataFrame(grid), config.compare_class))
-    for fraction in config.fractions:
-        for seed in config.seeds:
-            _models_at(config, fraction, [krony], seed, f"trend {fraction:.0%} seed {seed}")
+    _train(config, [(spec, final, first_seed) for spec in table6_specs(config)]
+           + [(krony, fraction, seed) for fraction in config.fractions for seed in config.seeds], "table 6, trend")
     baseline_runs(config)
 
 
@@ -680,8 +678,14 @@ def baseline_runs(config: KronyConfig, from_the_end: bool = False) -> None:
     (``lmstudy krony baselines``, beside the study's :func:`train_runs`)."""
     runs = [(ModelSpec(kind, config.compare_class), fraction, seed) for kind in ("distilled", "scratch")
             for fraction in config.fractions for seed in config.seeds]
-    for spec, fraction, seed in reversed(runs) if from_the_end else runs:
-        _models_at(config, fraction, [spec], seed, f"{LABELS[spec.kind]} {fraction:.0%} seed {seed}")
+    _train(config, runs[::-1] if from_the_end else runs, "dense baselines")
+
+
+def _train(config: KronyConfig, runs: list[tuple[ModelSpec, float, int]], desc: str) -> None:
+    """Train (or find cached) each ``(spec, fraction, seed)`` of ``runs`` in order, under one progress bar (a bar
+    per run would flood a notebook's output channel: nbval then loses the cell's end)."""
+    for spec, fraction, seed in tqdm(runs, desc=desc, unit="model"):
+        continued_run(config, fraction, spec, seed)
 
 
 def grid_table(config: KronyConfig) -> pd.DataFrame:
