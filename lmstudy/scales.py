@@ -115,8 +115,9 @@ PRESETS: dict[str, dict[str, dict]] = {
             configs="standard_vs_ours", seeds=[0], settings=["Std", "Std-news", "Rare"], section3_seeds=[],
             split_v1_table="",  # Table 1 on the v1 splits to compare with (a CSV in figures/), "" = none
             # the freezing trend (lmstudy.welch.trend): its seeds ([] = none), training tokens, epoch cap, early
-            # stopping after this many evaluations without improvement, the lengths it is read at
+            # stopping after this many evaluations without improvement, the lengths it is read at, its data settings
             trend_seeds=[0], trend_train_tokens=1_000, trend_epoch_cap=3, trend_stop_after=1, trend_lengths=[1, 3],
+            trend_settings=["Std-news", "Rare"],
         ),
         # The published scale: Table 1 (20 configs x Std/Std-news/Rare) plus two more seeds of the six Section 3
         # configs = 96 runs (run times: README): 2 layers, 64-d embeddings, the first ~200k training tokens (the
@@ -133,7 +134,7 @@ PRESETS: dict[str, dict[str, dict]] = {
             # The trend (issue 23): the same 2x256 model on the first 100k training tokens (half of Table 1's: ~34 s
             # an epoch, so 24 runs of up to 40 epochs fit ~5 h of two one-thread workers), read at 2, 6 and 40 epochs.
             trend_seeds=[0, 1, 2], trend_train_tokens=100_000, trend_epoch_cap=40, trend_stop_after=3,
-            trend_lengths=[2, 6, 40],
+            trend_lengths=[2, 6, 40], trend_settings=["Std-news", "Rare"],
         ),
         # The paper: awd-lstm-lm's PTB recipe (3 x 1150, 400-d embeddings, Welch's Baseline column).
         "paper": dict(
@@ -143,7 +144,7 @@ PRESETS: dict[str, dict[str, dict]] = {
             configs="all", seeds=[0], settings=["Std", "Std-news", "Rare"], section3_seeds=[1, 2],  # notebook-only keys
             split_v1_table="",
             trend_seeds=[0, 1, 2], trend_train_tokens=0, trend_epoch_cap=500, trend_stop_after=5,
-            trend_lengths=[2, 50, 500],
+            trend_lengths=[2, 50, 500], trend_settings=["Std-news", "Rare"],
         ),
     },
     # Stylianou & Vlahavas 2020, Entity-Transformers: GPT2E vs GPT2 (and two GPT2E ablations) fine-tuned from the
@@ -298,10 +299,11 @@ PRESETS: dict[str, dict[str, dict]] = {
     },
 }
 
-# Notebook parameters that are not sizes but a mode switch, the same at every scale (their default in
-# the parameters cell): notebook 04 evaluates an exported model instead of training when given one.
+# Notebook parameters that are not sizes, the same at every scale (their default in the parameters cell): notebook
+# 04 evaluates an exported model instead of training when given one (checkpoint), and its repetition sweep
+# continues every neutral prompt unless told fewer (sweep_prompts; the paper dry run uses one).
 NOTEBOOK_OPTIONS: dict[str, dict] = {
-    "04_control_codes": {"checkpoint": ""},
+    "04_control_codes": {"checkpoint": "", "sweep_prompts": 0},
 }
 
 

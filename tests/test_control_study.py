@@ -12,6 +12,7 @@ from lmstudy.ctrl.attribution import attribution_table
 from lmstudy.ctrl.sampling import SamplingConfig
 from lmstudy.ctrl.study import (
     EMPTY,
+    NEUTRAL_PROMPTS,
     attribution_examples,
     attribution_summary,
     code_perplexity_table,
@@ -19,6 +20,7 @@ from lmstudy.ctrl.study import (
     confusion_matrix,
     controllability,
     decoding_settings,
+    neutral_prompts,
     repetition_plot,
     repetition_stats,
     repetition_summary,
@@ -36,6 +38,14 @@ def test_repetition_stats_by_hand():
     fresh = repetition_stats([1, 2, 3, 4, 5])
     assert fresh["distinct_1"] == fresh["distinct_2"] == 1.0 and fresh["repeated_4gram"] == 0.0
     assert math.isnan(repetition_stats([1, 2])["repeated_4gram"])
+
+
+def test_neutral_prompts_cut_short_on_request():
+    assert neutral_prompts() == neutral_prompts(len(NEUTRAL_PROMPTS)) == NEUTRAL_PROMPTS
+    assert neutral_prompts(1) == NEUTRAL_PROMPTS[:1]
+    for bad in (-1, len(NEUTRAL_PROMPTS) + 1):
+        with pytest.raises(ValueError, match="sweep_prompts must be between 0"):
+            neutral_prompts(bad)
 
 
 def test_perplexity_is_lowest_with_the_right_code(trained):

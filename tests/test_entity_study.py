@@ -51,6 +51,29 @@ def test_every_model_starts_as_the_base():
         initial_model(base, "BERT", seed=0)
 
 
+
+def test_a_model_built_again_is_the_first_build_without_drawing_it_again(monkeypatch):
+    study._ENTITY_DRAWS.clear()  # (a per-process memo: other tests may have filled it)
+    base = _base()
+    for name in VARIANTS:
+        first = initial_model(base, name, seed=3)
+        state_after_first = torch.get_rng_state()
+        torch.manual_seed(123)  # anything in between
+        study._uninitialised_model(base, name)  # (finetuned_model's skeleton) does not touch what is kept
+        drawn = []
+        with monkeypatch.context() as recorded:
+            recorded.setattr(GPT2E, "_init_weights", lambda self, module: drawn.append(module))
+            again = initial_model(base, name, seed=3)
+        assert drawn == []  # no initialisation the second time
+        assert torch.equal(torch.get_rng_state(), state_after_first)  # the random state a first build leaves
+        assert first.state_dict().keys() == again.state_dict().keys()
+        for key, value in first.state_dict().items():
+            assert torch.equal(value, again.state_dict()[key]), (name, key)
+        assert again.lm_head.weight is again.transformer.wte.weight
+    assert len(study._ENTITY_DRAWS) == len(VARIANTS)
+    study._ENTITY_DRAWS.clear()
+
+
 def test_without_entities_keeps_tokens():
     doc = EntityDocument("d", [0, 4, 5], [0, 2, 2], [-1, 0, 1])
     (plain,) = without_entities([doc])

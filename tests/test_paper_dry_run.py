@@ -38,7 +38,8 @@ from lmstudy.notebook_runner import parse_overrides
 # GPT-2 at (README, Base models).
 DRY_RUNS: dict[str, tuple[dict[str, str], list[str]]] = {
     "00_quickstart": ({
-        "max_steps": "2", "eval_every": "2", "eval_tokens": "2000",
+        "max_steps": "2", "eval_every": "2",
+        "eval_tokens": "500",  # a few evaluation windows (2 of 256): 2,000 tokens of valid and test were a quarter
         "train_tokens": "0",  # all of PTB's train: its whole vocabulary, so the model has its real size
         "batch_size": "4",  # time: a 32 x 256 step of the 12 x 768 model (93M) is ~4.6 TFLOP, ~1 minute
     }, ["ptb"]),
@@ -48,10 +49,10 @@ DRY_RUNS: dict[str, tuple[dict[str, str], list[str]]] = {
         # a few evaluation windows: 500 tokens of valid and test, 50 positions of a batch of 10 (reading 1,000 tokens
         # one position at a time through the 3 x 1150 LSTM was two fifths of its LSTM time, in 18 runs)
         "eval_tokens": "500",
-        # the freezing trend: its 8 runs (4 configurations x Std-news, Rare) for one epoch of 1,500 tokens (one
-        # step of 20 x 70: training was three quarters of this dry run, the trend's 8 runs two thirds)
+        # the freezing trend: its 4 configurations on one data setting, Rare (with Std-news too, its 8 runs were half
+        # of this dry run), for one epoch of 1,500 tokens (one step of 20 x 70: training was three quarters of it)
         "trend_seeds": "[0]", "trend_train_tokens": "1500", "trend_epoch_cap": "1", "trend_stop_after": "1",
-        "trend_lengths": "[1]",
+        "trend_lengths": "[1]", "trend_settings": "[Rare]",
         # time: the paper's test batch of 1 runs the 3 x 1150 LSTM one position at a time over the test tokens
         # (awd-lstm-lm's exact protocol), a third of this dry run's time in its 10 runs; 10 rows at once here
         "test_batch_size": "10",
@@ -105,6 +106,9 @@ DRY_RUNS: dict[str, tuple[dict[str, str], list[str]]] = {
         # a few evaluation windows: documents cut to 500 characters (~125 tokens, one window per code; a whole
         # book chunk or article is 10-30 windows, and scoring them was three quarters of this dry run's time)
         "max_doc_chars": "500",
+        # the repetition sweep continues one neutral prompt, not 4 (its 8 decoding rules x 3 codes x 2 arms were
+        # 192 generations and as many scorings: 3/10 of this dry run)
+        "sweep_prompts": "1",
         "batch_size": "2", "seq_len": "128",  # time (as 02)
         "mixed_precision": "{mixed_precision}",
     }, ["wikipedia", "litbank", "imdb", "gpt2_bpe"]),

@@ -113,3 +113,7 @@ def test_study_trend_configs_train_on_the_trend_tokens_not_table_1s():
     assert len(configs) == len(TREND_CONFIGS) * 2 * len(p["trend_seeds"])
     assert {c.train_tokens for c in configs} == {p["trend_train_tokens"]} != {p["train_tokens"]}
     assert {c.max_epochs for c in configs} == {p["trend_epoch_cap"]}
+    rare_only = study_trend_configs({**p, "trend_settings": ["Rare"]})  # (the paper dry run's trend)
+    assert rare_only == configs[len(configs) // 2:]  # the second setting's half
+    with pytest.raises(ValueError, match="data settings are some of"):
+        study_trend_configs({**p, "trend_settings": ["Std"]})

@@ -257,6 +257,13 @@ def _continuation_perplexity(model, prefix: Sequence[int], continuation: Sequenc
     return math.exp(-picked.mean().item())
 
 
+def neutral_prompts(count: int = 0) -> tuple[str, ...]:
+    """The first ``count`` of :data:`NEUTRAL_PROMPTS` (0: all), for a repetition sweep cut short (a dry run)."""
+    if not 0 <= count <= len(NEUTRAL_PROMPTS):
+        raise ValueError(f"sweep_prompts must be between 0 (all) and {len(NEUTRAL_PROMPTS)}; got {count}")
+    return NEUTRAL_PROMPTS[:count or None]
+
+
 def repetition_sweep(model, tokenizer, codes: Sequence[str], prompts: Sequence[str] = NEUTRAL_PROMPTS,
                      settings: Mapping[str, SamplingConfig] | None = None, max_new_tokens: int = 60,
                      seed: int = 0) -> pd.DataFrame:

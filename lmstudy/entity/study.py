@@ -287,13 +287,42 @@ def without_entities(docs: list[EntityDocument]) -> list[EntityDocument]:
 # ---------------------------------------------------------------------------------------------------
 
 
+_ENTITY_DRAWS: dict[tuple, tuple[dict[str, torch.Tensor], torch.Tensor]] = {}
+
+
 def initial_model(base: GPT2LMHeadModel, name: str, seed: int) -> GPT2E:
     """The model ``name`` of :data:`VARIANTS` with the base's weights; the seed draws the new entity weights
-    (their output projection is zero, so every variant computes the base exactly)."""
+    (their output projection is zero, so every variant computes the base exactly).
+
+    The entity weights a seed draws depend on the architecture only, but drawing them means drawing every GPT-2
+    weight before them too (then overwritten by the base's): at GPT-2 small's dims, seconds a model. A study builds
+    the same model more than once (fine-tuning, then the step-time comparison), so the first build's entity
+    weights, and the random state it leaves, are kept per process (a few MB at our dims, 113 MB a variant at GPT-2
+    small's); a later build skips initialisation and reads them back: the same model, the same random state."""
     if name not in VARIANTS:
         raise ValueError(f"model {name!r} is not one of {tuple(VARIANTS)}")
-    torch.manual_seed(seed)
-    return GPT2E.from_gpt2(base, **VARIANTS[name])
+    key = (json.dumps(base.config.to_diff_dict(), sort_keys=True, default=str), name, seed)
+    if key not in _ENTITY_DRAWS:
+        torch.manual_seed(seed)
+        model = GPT2E.from_gpt2(base, **VARIANTS[name])
+        base_keys = base.state_dict().keys()
+        drawn = {k: v.detach().clone() for k, v in model.state_dict().items() if k not in base_keys}
+        _ENTITY_DRAWS[key] = drawn, torch.get_rng_state()
+        return model
+    drawn, random_state = _ENTITY_DRAWS[key]
+    model = _uninitialised_model(base, name)
+    model.load_state_dict(drawn, strict=False)
+    torch.set_rng_state(random_state)
+    return model
+
+
+def _uninitialised_model(base: GPT2LMHeadModel, name: str) -> GPT2E:
+    """The model ``name`` with the base's weights and its own (the entity weights) left as allocated: for a caller
+    that sets them next."""
+    with no_init_weights():
+        model = GPT2E.from_gpt2(base, **VARIANTS[name])
+    model.tie_weights()  # part of the initialisation skipped above
+    return model
 
 
 def _finetune_config(config: EntityStudyConfig, name: str, seed: int) -> dict:
@@ -368,9 +397,7 @@ def finetuned_model(config: EntityStudyConfig, name: str, seed: int) -> tuple[GP
     """The fine-tuned model (best weights; trains it if needed) and the tokenizer."""
     finetune_run(config, name, seed)
     base = load_base(config)
-    with no_init_weights():  # every weight is read from the run next (strictly): drawing initial ones is wasted
-        model = initial_model(base.model, name, seed)
-    model.tie_weights()  # part of the initialisation skipped above
+    model = _uninitialised_model(base.model, name)  # every weight is read from the run next (strictly)
     load_weights(model, get_run(STUDY, _finetune_config(config, name, seed)), "best")
     device = process_device()  # the probes' forward passes: this process's GPU (cuda:<local rank>) when there is one
     return model.to(device).eval(), base.tokenizer

@@ -46,12 +46,16 @@ TREND_SETTINGS = ("Std-news", "Rare")
 
 def trend_configs(params: dict, seeds: list[int], epoch_cap: int, stop_after: int,
                   settings=TREND_SETTINGS) -> list[EmbeddingInitConfig]:
-    """The runs of the trend: every :data:`TREND_CONFIGS` configuration on every setting with every seed, trained
-    up to ``epoch_cap`` epochs, stopped early after ``stop_after`` evaluations without improvement. ``params``: the
-    notebook's parameters (keys that are not run-config fields are ignored, and so are its ``max_epochs``,
-    ``max_steps`` and ``patience``: the trend's runs have their own bounds)."""
+    """The runs of the trend: every :data:`TREND_CONFIGS` configuration on every setting (of
+    :data:`TREND_SETTINGS`) with every seed, trained up to ``epoch_cap`` epochs, stopped early after ``stop_after``
+    evaluations without improvement. ``params``: the notebook's parameters (keys that are not run-config fields are
+    ignored, and so are its ``max_epochs``, ``max_steps`` and ``patience``: the trend's runs have their own
+    bounds)."""
     if stop_after < 1:
         raise ValueError(f"the trend's runs stop when validation stops improving: stop_after >= 1, got {stop_after}")
+    unknown = [setting for setting in settings if setting not in TREND_SETTINGS]
+    if unknown or not settings:
+        raise ValueError(f"the trend's data settings are some of {list(TREND_SETTINGS)}; got {list(settings)}")
     own = ("max_epochs", "max_steps", "patience")  # the trend's runs are bounded by epochs and early stopping only
     run_params = {k: v for k, v in params.items() if k in RUN_FIELDS and k not in own}
     return [EmbeddingInitConfig(embedding=name, seed=seed, max_epochs=epoch_cap, max_steps=0, patience=stop_after,
@@ -61,10 +65,11 @@ def trend_configs(params: dict, seeds: list[int], epoch_cap: int, stop_after: in
 
 def study_trend_configs(params: dict) -> list[EmbeddingInitConfig]:
     """The trend's runs as notebook 01 makes them from its parameters: :func:`trend_configs` with the
-    ``trend_seeds``, ``trend_epoch_cap`` and ``trend_stop_after`` keys, on the first ``trend_train_tokens`` training
-    tokens (instead of Table 1's ``train_tokens``). One place, so that a second worker trains the same runs."""
+    ``trend_seeds``, ``trend_epoch_cap``, ``trend_stop_after`` and ``trend_settings`` keys, on the first
+    ``trend_train_tokens`` training tokens (instead of Table 1's ``train_tokens``). One place, so that a second
+    worker trains the same runs."""
     return trend_configs({**params, "train_tokens": params["trend_train_tokens"]}, params["trend_seeds"],
-                         params["trend_epoch_cap"], params["trend_stop_after"])
+                         params["trend_epoch_cap"], params["trend_stop_after"], params["trend_settings"])
 
 
 def best_within(evaluations: list[dict], epochs: int) -> float:
