@@ -31,22 +31,26 @@ if _WORKERS > 1:
 
 # The units of work handed out first, in this order; then the notebooks (a minute or more each at smoke scale),
 # then the rest in collection order. A worker takes its next unit before it starts its last test (xdist's
-# look-ahead), so the long ones must come first: last, they would leave one worker running them alone. The
-# leakage tests come second because they build the corpus caches (shingles of every corpus, the base's training
-# manifest) that 03's dry run reads: started before them, it built the caches itself (284 s instead of 148-156).
+# look-ahead), so the long ones must come first: last, they would leave one worker running them alone.
 DRY_RUN_PREFIX = "tests/test_paper_dry_run.py::test_paper_preset_dry_run["
 
 
 def dry_run_unit(study: str) -> str:
-    """The node id of a study's paper dry run, a unit of work of its own."""
+    """The node id of a study's paper dry run, a unit of work of its own (but see :data:`AFTER_THE_LEAKAGE_TESTS`)."""
     return f"{DRY_RUN_PREFIX}{study}]"
 
 
+# 03's dry run reads the corpus caches the leakage tests build (shingles of every corpus, the base's training
+# manifest): started before them, it built the caches itself (284 s instead of 148-156); started beside them, it
+# waited for them, or built some in parallel (230 s in ci64, where the worker that had run 02's dry run took it
+# next while the other was still in the leakage tests). One unit with them, it runs after them on their worker.
+AFTER_THE_LEAKAGE_TESTS = dry_run_unit("03_kronecker")
+LEAKAGE_TESTS = "tests/test_leakage.py"
+
 FIRST_UNITS = (
     dry_run_unit("02_entity_transformer"),
-    "tests/test_leakage.py",
-    *map(dry_run_unit, ("03_kronecker", "01_embedding_init", "04_control_codes", "01b_embedding_init_extended",
-                        "00_quickstart")),
+    LEAKAGE_TESTS,  # and 03's dry run
+    *map(dry_run_unit, ("01_embedding_init", "04_control_codes", "01b_embedding_init_extended", "00_quickstart")),
 )
 
 
@@ -102,7 +106,10 @@ def runs_sharing_corpus_caches(root):
 def work_unit(nodeid: str) -> str:
     """What a test shares a worker with: its notebook or module (nbval's cells run in order in one kernel; a
     module's tests share its module-scoped fixtures, built once), except that each paper dry run is a unit of its
-    own (the longest tests, independent of each other)."""
+    own (the longest tests, independent of each other), and 03's is the leakage tests' (after them: test_leakage.py
+    is collected before test_paper_dry_run.py, and a unit keeps its tests' collection order)."""
+    if nodeid == AFTER_THE_LEAKAGE_TESTS:
+        return LEAKAGE_TESTS
     if nodeid.startswith(DRY_RUN_PREFIX):
         return nodeid
     return nodeid.split("::", 1)[0]
