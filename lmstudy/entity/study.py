@@ -312,6 +312,7 @@ def initial_model(base: GPT2LMHeadModel, name: str, seed: int) -> GPT2E:
     drawn, random_state = _ENTITY_DRAWS[key]
     model = _uninitialised_model(base, name)
     model.load_state_dict(drawn, strict=False)
+    torch.manual_seed(seed)  # as a first build leaves a GPU's generator (the draws are on the CPU)
     torch.set_rng_state(random_state)
     return model
 
