@@ -42,9 +42,14 @@ KRONY=(-p fractions "[0.1, 0.3, 1.0]" -p classes "[81M]" -p inits "[van_loan]" -
 ENTITY=(-p corpora "[gum]" -p ner_corpus gum -p budgets "[25, 100]" -p eval_every 25 -p warmup_steps 10
         -p seeds "[0, 1]" -p ablation_seeds "[0]" -p lambada_examples 1000 -p timing_steps 20
         -p similarity_docs 10 -p ner_epochs 5)
-# Time: the whole run stops within TOTAL_SECONDS (the device tool's limit is 600 per command). The base gets at
-# most BASE_MINUTES; of what is left after it, 03 gets 55% and 02 the rest, 40 s kept for archiving.
-TOTAL_SECONDS=${TOTAL_SECONDS:-540} BASE_MINUTES=3
+# Time: the whole run stops within TOTAL_SECONDS (the device tool's limit is 600 per command). Two stages, each
+# two processes side by side on the one GPU (an H200 holds both; one process alone left it idle between steps,
+# evaluations and notebook cells):
+#   1. the base's pretraining (at most BASE_MINUTES) beside 03's scratch arm's pretraining, which needs no base
+#      (`lmstudy krony baselines --pretraining-only`; 47 and ~40 GiB);
+#   2. 03 from the base beside 02 from its export, each until 40 s before TOTAL_SECONDS (60 and 16 GiB).
+# Each process logs to a file of its own in OUT (base.log, scratch.log, krony.log, entity.log); log.txt has the stages.
+TOTAL_SECONDS=${TOTAL_SECONDS:-560} BASE_MINUTES=4
 CORPORA=(gum reuters21578 bbc_news lambada wikitext-2-raw)
 WHEELS=(asttokens==3.0.2 comm==0.2.3 defusedxml==0.7.1 entrypoints==0.4.2 executing==2.3.0 fastjsonschema==2.22.3
         ipykernel==7.4.0 ipython==9.18.1 ipython-pygments-lexers==1.1.1 jsonschema==4.26.0
@@ -72,7 +77,8 @@ pack() {
     $PY -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
         --platform manylinux_2_28_x86_64 --platform manylinux_2_26_x86_64 --platform manylinux_2_17_x86_64 \
         --platform manylinux2014_x86_64 -d "$carry/wheels" "${WHEELS[@]}" || return 1
-    tar -C "$LMSTUDY_DATA" -cf "$carry/data.tar" "${CORPORA[@]}" || return 1
+    rm -f "$carry/data.tar"  # (uncompressed before 2026-11-27)
+    tar -C "$LMSTUDY_DATA" -cf - "${CORPORA[@]}" | xz -T0 -6 > "$carry/data.tar.xz" || return 1
     # The base's data run, prepared here (BPE training and the token streams; the corpus caches of this runs/)
     local data_run
     data_run=$($PY - "$BASE" <<'EOF'
@@ -82,6 +88,7 @@ from lmstudy.notebook_runner import parse_value
 print(prepare_data(final_config("paper", **parse_value(sys.argv[1])).data).path)
 EOF
 ) || return 1
+    data_run=$(tail -n 1 <<<"$data_run")  # the path, on the last line: preparing the data may print before it
     tar -C "$(dirname "$(dirname "$data_run")")" -cf - "base_data/$(basename "$data_run")" | xz -T0 -6 \
         > "$carry/base_data.tar.xz" || return 1
     du -sh "$carry"/* "$carry"
@@ -100,7 +107,7 @@ run() {
     fi
     export LMSTUDY_DATA=$work/data LMSTUDY_RUNS=$work/runs LMSTUDY_FIGURES=$work/figures LMSTUDY_MODELS=$work/models
     export TQDM_DISABLE=1 MPLBACKEND=agg HF_HUB_OFFLINE=1 PYTHONUNBUFFERED=1 PY ALLOW_CPU=${REHEARSE:-0}
-    tar -C "$work/data" -xf "$carry/data.tar" && tar -C "$work/runs" -xJf "$carry/base_data.tar.xz" || return 1
+    tar -C "$work/data" -xJf "$carry/data.tar.xz" && tar -C "$work/runs" -xJf "$carry/base_data.tar.xz" || return 1
     $PY -c "import torch, transformers; print('torch', torch.__version__, 'transformers', transformers.__version__,
           torch.cuda.get_device_name() if torch.cuda.is_available() else 'no GPU')" 2>&1 | tee -a "$out/log.txt"
     if command -v nvidia-smi >/dev/null; then
@@ -110,26 +117,39 @@ run() {
     fi
     export PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True  # 124M models with ~45k-way logits: less fragmentation
 
-    log "base: lmstudy base train --scale paper --overrides \"$BASE\""
+    local krony_p=(-p base_overrides "$BASE" "${KRONY[@]}")
+    log "base: lmstudy base train --scale paper --overrides \"$BASE\"; beside it 03's scratch pretraining"
     timeout --signal=INT --kill-after=30 "${BASE_MINUTES}m" \
-        $PY -m lmstudy base train --scale paper --overrides "$BASE" >>"$out/log.txt" 2>&1 || status=1
+        $PY -m lmstudy base train --scale paper --overrides "$BASE" >>"$out/base.log" 2>&1 &
+    local base_pid=$!
+    timeout --signal=INT --kill-after=30 "${BASE_MINUTES}m" \
+        $PY -m lmstudy krony baselines --pretraining-only --scale paper "${krony_p[@]}" >>"$out/scratch.log" 2>&1 &
+    local scratch_pid=$!
+    wait $base_pid || status=1
+    log "base: trained (status $status)"
     $PY -m lmstudy base export --scale paper --overrides "$BASE" --dest "$work/models" --no-eval \
-        >>"$out/log.txt" 2>&1 || status=1
+        >>"$out/base.log" 2>&1 || status=1
     log "base: exported $(ls "$work/models" | tr '\n' ' ')"
     collect "$work" "$out"
 
-    local left=$((TOTAL_SECONDS - (SECONDS - start) - 40))
-    local krony_minutes entity_minutes
-    krony_minutes=$(awk -v s="$left" 'BEGIN { printf "%.2f", (s > 0 ? s : 0) * 0.55 / 60 }')
-    log "03_kronecker for at most $krony_minutes min: ${KRONY[*]}"
-    WEIGHTS=none scripts/gpu_run.sh 03_kronecker "$krony_minutes" "$work/archive" \
-        -p base_overrides "$BASE" "${KRONY[@]}" >>"$out/log.txt" 2>&1 || status=1
-    collect "$work" "$out"
-    left=$((TOTAL_SECONDS - (SECONDS - start) - 40))
-    entity_minutes=$(awk -v s="$left" 'BEGIN { printf "%.2f", (s > 0 ? s : 0) / 60 }')
-    log "02_entity_transformer for at most $entity_minutes min: init_from $work/models/base ${ENTITY[*]}"
-    WEIGHTS=none scripts/gpu_run.sh 02_entity_transformer "$entity_minutes" "$work/archive" \
-        -p init_from "$work/models/base" "${ENTITY[@]}" >>"$out/log.txt" 2>&1 || status=1
+    # 03 reads the scratch pretraining last (its baselines come after its Krony runs), waiting on the run's lock if
+    # the process beside the base has not finished it yet.
+    local left=$((TOTAL_SECONDS - (SECONDS - start) - 40)) minutes
+    minutes=$(awk -v s="$left" 'BEGIN { printf "%.2f", (s > 0 ? s : 0) / 60 }')
+    log "03_kronecker and 02_entity_transformer side by side, each for at most $minutes min"
+    log "03: ${krony_p[*]}"
+    log "02: -p init_from $work/models/base ${ENTITY[*]}"
+    WEIGHTS=none scripts/gpu_run.sh 03_kronecker "$minutes" "$work/archive/03" "${krony_p[@]}" \
+        >>"$out/krony.log" 2>&1 &
+    local krony_pid=$!
+    WEIGHTS=none scripts/gpu_run.sh 02_entity_transformer "$minutes" "$work/archive/02" \
+        -p init_from "$work/models/base" "${ENTITY[@]}" >>"$out/entity.log" 2>&1 &
+    local entity_pid=$!
+    wait $scratch_pid || { status=1; log "03's scratch pretraining failed or was stopped (scratch.log)"; }
+    wait $krony_pid || { status=1; log "03 failed or was stopped (krony.log)"; }
+    log "03 ended"
+    wait $entity_pid || { status=1; log "02 failed or was stopped (entity.log)"; }
+    log "02 ended"
 
     collect "$work" "$out" || status=1
     log "done (status $status; results.tar.xz $(du -h "$out/results.tar.xz" | cut -f1))"

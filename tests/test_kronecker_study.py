@@ -320,6 +320,33 @@ def test_train_runs_trains_the_krony_models_then_the_baselines_which_a_second_pr
     assert calls == dense[::-1]
 
 
+def test_krony_baselines_pretraining_only_stops_before_the_runs_that_read_the_base(monkeypatch):
+    from lmstudy.__main__ import main
+
+    calls = []
+    monkeypatch.setattr(study, "scratch_pretraining", lambda config: calls.append(("pretraining", config.fractions))
+                        or {"steps": 1, "tokens": 2, "parameters": 3, "val_loss": 4.0})
+    monkeypatch.setattr(study, "baseline_runs", lambda config, from_the_end: calls.append(("runs", from_the_end)))
+    args = ["krony", "baselines", "--scale", "smoke", "-p", "fractions", "[0.1, 1.0]"]
+    assert main(args + ["--pretraining-only"]) == 0
+    assert calls == [("pretraining", [0.1, 1.0])]  # the -p values reach the config
+    calls.clear()
+    assert main(args) == 0
+    assert calls == [("pretraining", [0.1, 1.0]), ("runs", True)]
+
+
+def test_the_dense_baselines_need_the_bases_data_run_not_the_trained_base(monkeypatch, tmp_path):
+    from types import SimpleNamespace
+
+    config = smoke_config()
+    expected = study.dense_config(config).to_dict(), study.dense_width(config)
+    study._base(config, config.fractions[0]).tokenizer.save_pretrained(str(tmp_path / "tokenizer"))
+    # A data run holding that tokenizer, and no base: the scratch arm's pretraining can start beside the base's.
+    monkeypatch.setattr(study, "finished_data_run", lambda data: SimpleNamespace(path=tmp_path))
+    monkeypatch.setattr(study, "_base", lambda *args: pytest.fail("the trained base was read"))
+    assert (study.dense_config(config).to_dict(), study.dense_width(config)) == expected
+
+
 def test_scratch_checkpoint_is_read_once_written_before_the_run_ends(tmp_path, monkeypatch):
     from safetensors.torch import save_model
 

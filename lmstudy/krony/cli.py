@@ -30,6 +30,9 @@ def register(subparsers) -> None:
     baselines.add_argument("--scale", choices=SCALES, default="cpu")
     baselines.add_argument("-p", "--parameter", nargs=2, action="append", default=[], metavar=("KEY", "VALUE"),
                            help="a notebook 03 parameter, as for `lmstudy study` (give the study's)")
+    baselines.add_argument("--pretraining-only", action="store_true",
+                           help="train the scratch arm's pretraining alone: it needs no base, so on a GPU with room "
+                                "for both it trains beside `lmstudy base train` (scripts/gpu_paper_runs.sh)")
     baselines.set_defaults(handler=train_baselines)
 
 
@@ -43,8 +46,8 @@ def print_table(args) -> int:
 
 
 def train_baselines(args) -> int:
-    """``lmstudy krony baselines``: the study's ``baseline_runs`` from the other end, with the notebook's preset
-    plus ``-p``."""
+    """``lmstudy krony baselines``: the scratch arm's pretraining, then (unless ``--pretraining-only``) the study's
+    ``baseline_runs`` from the other end, with the notebook's preset plus ``-p``."""
     from dataclasses import fields
 
     from lmstudy.krony.study import KronyConfig, baseline_runs, scratch_pretraining
@@ -60,5 +63,6 @@ def train_baselines(args) -> int:
     metrics = scratch_pretraining(config)
     print(f"scratch, equal data ({args.scale}): {metrics['steps']:,} steps, {metrics['tokens']:,} tokens, "
           f"{metrics['parameters']:,} parameters, final validation loss {metrics['val_loss']:.4f}")
-    baseline_runs(config, from_the_end=True)
+    if not args.pretraining_only:  # the continued runs read the base's checkpoints
+        baseline_runs(config, from_the_end=True)
     return 0

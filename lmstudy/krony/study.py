@@ -84,7 +84,9 @@ from tqdm.auto import tqdm
 from transformers import GPT2Config, GPT2LMHeadModel
 from transformers.initialization import no_init_weights
 
-from lmstudy.base import BaseConfig, StudyBase, base_streams, final_config, gpt2_config, loaded_study_base
+from lmstudy.base import (
+    BaseConfig, StudyBase, base_streams, final_config, finished_data_run, gpt2_config, loaded_study_base,
+)
 from lmstudy.base import run_config as base_run_config
 from lmstudy.claims import (
     NOT_RUN, ClaimRow, Spread, claims_table, effect, trend_rows, verdict_of,
@@ -97,6 +99,7 @@ from lmstudy.krony.model import (
 from lmstudy.lm_batches import LMTask
 from lmstudy.runs import Run, cached, config_hash, get_run
 from lmstudy.scales import SCALES
+from lmstudy.tokenization import load_tokenizer
 from lmstudy.training import TrainConfig, count_parameters, kept_checkpoint, train, train_and_restore
 
 STUDY = "03_krony_shared"
@@ -317,15 +320,25 @@ def _streams(scale: str, overrides: str = "{}") -> tuple[torch.Tensor, torch.Ten
     return base_streams(scale, overrides=json.loads(overrides))  # ~0.9 GB of int64 at cpu scale: read once
 
 
+def base_model_config(config: KronyConfig) -> GPT2Config:
+    """The shared base's GPT-2 config: from its recipe and its data run's tokenizer where that run is built, so the
+    scratch arm's pretraining needs no trained base (on a GPU it trains beside the base's own pretraining:
+    scripts/gpu_paper_runs.sh); else from the base itself."""
+    try:
+        tokenizer = load_tokenizer(finished_data_run(config.recipe.data).path / "tokenizer")
+    except FileNotFoundError:
+        tokenizer = _base(config, config.fractions[0]).tokenizer
+    return gpt2_config(config.recipe.model, tokenizer)
+
+
 def dense_width(config: KronyConfig) -> int:
     """The MLP width of the dense baselines: matched to the one-factor Krony model of ``compare_class``."""
-    return class_width(_base(config, config.fractions[0]).model.config, config.compare_class)
+    return class_width(base_model_config(config), config.compare_class)
 
 
 def dense_config(config: KronyConfig) -> GPT2Config:
     """The dense baselines' GPT-2: the base's, with the MLP ``dense_width`` wide."""
-    tokenizer = _base(config, config.fractions[0]).tokenizer
-    return narrow_config(gpt2_config(config.recipe.model, tokenizer), dense_width(config))
+    return narrow_config(base_model_config(config), dense_width(config))
 
 
 def _device() -> torch.device:
