@@ -672,10 +672,8 @@ def study_base(scale: str, fraction: float = 1.0, overrides: dict | None = None)
     machine that trained the base.
     """
     config = final_config(scale, **(overrides or {}))
-    steps = config.kept_steps()
-    if fraction not in steps:
-        raise ValueError(f"the {scale} base keeps checkpoints at {sorted(steps)} of its budget, not {fraction}")
-    run_id, step = f"{STUDY}/{base_run(config).hash}", steps[fraction]
+    identity, tokens = checkpoint_identity(scale, fraction, overrides)
+    run_id, step = identity["base"], identity["step"]
     folder = models_dir(scale) / checkpoint_name(fraction)
     if _exported(folder, run_id, step):
         model = GPT2LMHeadModel.from_pretrained(str(folder), torch_dtype=torch.float32)
@@ -685,7 +683,18 @@ def study_base(scale: str, fraction: float = 1.0, overrides: dict | None = None)
         model, tokenizer = load_checkpoint_model(config, fraction)
         model.to(torch.float16).to(torch.float32)  # the shipped precision (export_base saves float16)
     return StudyBase(model=model.eval(), tokenizer=tokenizer, name=checkpoint_name(fraction), fraction=fraction,
-                     tokens=step * config.tokens_per_step, identity={"base": run_id, "step": step})
+                     tokens=tokens, identity=identity)
+
+
+def checkpoint_identity(scale: str, fraction: float = 1.0, overrides: dict | None = None) -> tuple[dict, int]:
+    """:func:`study_base`'s ``identity`` and ``tokens``, from the config alone: a study names its runs by them
+    without reading the base's weights (tables drawn again from archived runs need none)."""
+    config = final_config(scale, **(overrides or {}))
+    steps = config.kept_steps()
+    if fraction not in steps:
+        raise ValueError(f"the {scale} base keeps checkpoints at {sorted(steps)} of its budget, not {fraction}")
+    step = steps[fraction]
+    return {"base": f"{STUDY}/{base_run(config).hash}", "step": step}, step * config.tokens_per_step
 
 
 def loaded_study_base(scale: str, fraction: float = 1.0, overrides: dict | None = None) -> StudyBase:

@@ -5,7 +5,8 @@
 #
 #   scripts/gpu_paper_runs.sh pack            # here: fill .gpu/ with what the GPU machine lacks (below)
 #   scripts/gpu_paper_runs.sh run OUT         # there, from the repository root (device tool: carry .gpu)
-#   scripts/gpu_paper_runs.sh unpack RESULTS  # here: OUT/results.tar.xz -> results/gpu/ (runs, notebooks, figures)
+#   scripts/gpu_paper_runs.sh unpack RESULTS [DEST]  # here: OUT/results.tar.xz -> DEST (results/gpu/): runs,
+#                                                    # notebooks, figures
 #
 # Ran once, on an H200 lease on 2026-11-26: results/gpu/ (log.txt, gpu.csv: the GPU's use every 2 s) and README
 # "Scaling up: one GPU". A lease carries the working tree and at most 64 MiB: our tracked files are ~107 MB
@@ -118,6 +119,9 @@ run() {
     export PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True  # 124M models with ~45k-way logits: less fragmentation
 
     local krony_p=(-p base_overrides "$BASE" "${KRONY[@]}")
+    # Half the cores each: two processes of 16 threads on 16 cores starved each other's CPU work (the lease of
+    # 2026-11-27: 03's reconstruction errors, 3.4 s alone, past 100 s beside 02's NER probe, the GPU idle meanwhile).
+    export OMP_NUM_THREADS=$(( $(nproc) > 1 ? $(nproc) / 2 : 1 ))
     log "base: lmstudy base train --scale paper --overrides \"$BASE\"; beside it 03's scratch pretraining"
     timeout --signal=INT --kill-after=30 "${BASE_MINUTES}m" \
         $PY -m lmstudy base train --scale paper --overrides "$BASE" >>"$out/base.log" 2>&1 &
@@ -174,13 +178,13 @@ collect() {
 }
 
 unpack() {
-    local results=${1:?usage: scripts/gpu_paper_runs.sh unpack RESULTS}
-    mkdir -p results/gpu && tar -C results/gpu -xJf "$results" && ls results/gpu
+    local results=${1:?usage: scripts/gpu_paper_runs.sh unpack RESULTS [DEST]} dest=${2:-results/gpu}
+    mkdir -p "$dest" && tar -C "$dest" -xJf "$results" && ls "$dest"
 }
 
 case ${1:-} in
     pack) pack ;;
     run) shift; run "$@" ;;
     unpack) shift; unpack "$@" ;;
-    *) echo "usage: scripts/gpu_paper_runs.sh pack | run OUT | unpack RESULTS" >&2; exit 2 ;;
+    *) echo "usage: scripts/gpu_paper_runs.sh pack | run OUT | unpack RESULTS [DEST]" >&2; exit 2 ;;
 esac

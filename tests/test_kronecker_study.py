@@ -476,3 +476,20 @@ def test_end_to_end_on_the_smoke_base(tmp_path, monkeypatch, fresh_base_cache):
     monkeypatch.setattr(study, "train_and_restore", None)
     monkeypatch.setattr(study, "train", None)
     assert study.trend_table(config, init).equals(trend)
+
+    # scripts/gpu_krony_tables.py (a GPU lease's tables, drawn here from its runs' metrics) reads the same tables
+    # back from the run cache with no base loaded.
+    import runpy
+    from pathlib import Path
+
+    monkeypatch.setattr(study, "_base", None)
+    monkeypatch.setattr(study, "load_base", None)
+    tables = runpy.run_path(str(Path(__file__).parents[1] / "scripts" / "gpu_krony_tables.py"))
+    out = tmp_path / "tables"
+    assert tables["main"]([str(out), "--scale", "smoke", "-p", "fractions", "[0.1, 1.0]", "-p", "classes",
+                           "[81M, 67M]", "-p", "inits", "[van_loan, random]", "-p", "table6_factors", "[1, 2]",
+                           "-p", "domains", "[]"]) == 0
+    for name, expected in {"grid": grid, "table6": rows, "trend": trend}.items():
+        read = pd.read_csv(out / f"03_krony_{name}.csv")["wikitext_bpb"].tolist()
+        assert read == pytest.approx(expected["wikitext_bpb"].tolist(), rel=1e-12)
+    assert pd.read_csv(out / "03_krony_claims.csv")["verdict"].tolist() == table["verdict"].tolist()

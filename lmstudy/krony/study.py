@@ -85,7 +85,8 @@ from transformers import GPT2Config, GPT2LMHeadModel
 from transformers.initialization import no_init_weights
 
 from lmstudy.base import (
-    BaseConfig, StudyBase, base_streams, final_config, finished_data_run, gpt2_config, loaded_study_base,
+    BaseConfig, StudyBase, base_streams, checkpoint_identity, checkpoint_name, final_config, finished_data_run,
+    gpt2_config, loaded_study_base,
 )
 from lmstudy.base import run_config as base_run_config
 from lmstudy.claims import (
@@ -308,6 +309,11 @@ def load_base(config: KronyConfig, fraction: float) -> StudyBase:
 def _base(config: KronyConfig, fraction: float) -> StudyBase:
     """The shared base checkpoint ``fraction`` of ``config`` (its scale and overrides), loaded once per process."""
     return loaded_study_base(config.base_scale, fraction, config.base_overrides)
+
+
+def _base_checkpoint(config: KronyConfig, fraction: float) -> tuple[dict, int]:
+    """The identity and training tokens of the base checkpoint ``fraction``, without loading it."""
+    return checkpoint_identity(config.base_scale, fraction, config.base_overrides)
 
 
 def _base_streams(config: KronyConfig) -> tuple[torch.Tensor, torch.Tensor]:
@@ -537,7 +543,7 @@ def _build_initial_model(config: KronyConfig, fraction: float, spec: ModelSpec, 
 
 def _identity(config: KronyConfig, fraction: float, spec: ModelSpec, stage: str, seed: int | None) -> dict:
     """A run's config: the base checkpoint, the model, the protocol, and what else sets its weights."""
-    identity = {"stage": stage, "base": _base(config, fraction).identity, "model": asdict(spec),
+    identity = {"stage": stage, "base": _base_checkpoint(config, fraction)[0], "model": asdict(spec),
                 "seed": seed, "protocol": config.protocol_identity()}
     if spec.kind != "krony":
         identity["n_inner"] = dense_width(config)
@@ -603,7 +609,7 @@ def base_metrics(config: KronyConfig, fraction: float) -> dict:
         return {**protocol_metrics(base.model.to(_device()), base.tokenizer, config),
                 "parameters": count_parameters(base.model)}
 
-    identity = {"stage": "base", "base": _base(config, fraction).identity,
+    identity = {"stage": "base", "base": _base_checkpoint(config, fraction)[0],
                 "protocol": config.protocol_identity()}
     return cached(STUDY, identity, fn)
 
@@ -634,9 +640,9 @@ def base_table(config: KronyConfig) -> pd.DataFrame:
     """The base at each checkpoint of ``fractions``: its training tokens and the protocol's scores."""
     rows = []
     for fraction in config.fractions:
-        base = _base(config, fraction)
         metrics = base_metrics(config, fraction)
-        rows.append({"checkpoint": base.name, "fraction": fraction, "base_tokens": base.tokens,
+        rows.append({"checkpoint": checkpoint_name(fraction), "fraction": fraction,
+                     "base_tokens": _base_checkpoint(config, fraction)[1],
                      "parameters": metrics["parameters"], **{key: metrics[key] for key in METRICS}})
     return pd.DataFrame(rows)
 
@@ -731,7 +737,7 @@ def trend_table(config: KronyConfig, init: str) -> pd.DataFrame:
     model (``init``) vs the distilled and the scratch models; one row per checkpoint x seed x model."""
     rows = []
     for fraction in config.fractions:
-        tokens = _base(config, fraction).tokens
+        tokens = _base_checkpoint(config, fraction)[1]
         for seed in config.seeds:
             for row in _models_at(config, fraction, trend_specs(config, init), seed, f"trend {fraction:.0%} seed {seed}"):
                 rows.append({"fraction": fraction, "base_tokens": tokens, "seed": seed, **row})

@@ -1,0 +1,70 @@
+"""Notebook 03's tables that read run metrics only (the bases, the grid, Table 6, the trend and the claims), drawn
+from a GPU lease's run cache when the lease's notebook was stopped before them. A lease brings back every run's config,
+metrics and log but no weights (scripts/gpu_paper_runs.sh), so the notebook itself cannot run here: its Van Loan
+reconstruction cell reads the base's weights. Every number comes from a finished run, read back; nothing is run.
+
+    LMSTUDY_RUNS=RUNS python scripts/gpu_krony_tables.py OUT_DIR [--scale paper] -p KEY VALUE ...
+
+RUNS: the lease's runs (`gpu_paper_runs.sh unpack`), plus the base's data run with its tokenizer (`pack` built it
+here), which the dense baselines' width is read from; -p: the lease's notebook 03 values (its log.txt).
+Written to OUT_DIR: 03_krony_{bases,grid,table6,trend,trend_gaps,claims}.csv and 03_krony_trend.png.
+"""
+from __future__ import annotations
+
+import argparse
+from collections import defaultdict
+from dataclasses import fields
+from pathlib import Path
+from unittest.mock import patch
+
+from lmstudy.krony import study
+from lmstudy.krony.cli import STUDY_NOTEBOOK
+from lmstudy.notebook_runner import parse_overrides
+from lmstudy.plots import save_figure
+from lmstudy.runs import get_run
+from lmstudy.scales import preset
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("out", type=Path)
+    parser.add_argument("--scale", default="paper", help="the preset the -p values change (default: paper)")
+    parser.add_argument("-p", "--parameter", nargs=2, action="append", default=[], metavar=("KEY", "VALUE"))
+    args = parser.parse_args(argv)
+    overrides = parse_overrides(args.parameter)
+    unknown = sorted(set(overrides) - {f.name for f in fields(study.KronyConfig)})
+    if unknown:
+        parser.error(f"not a notebook 03 parameter: {', '.join(unknown)}")
+    config = study.KronyConfig(**{**preset(STUDY_NOTEBOOK, args.scale), **overrides})
+
+    def read_back(study_name: str, identity: dict, fn) -> dict:
+        """The run cache's metrics, never a run: the scores before continued training that the lease's notebook
+        did not reach are NaN (the ``before_*`` columns); any other missing run is an error."""
+        run = get_run(study_name, identity)
+        if run.done:
+            return run.metrics
+        if identity.get("stage") == "initial":
+            return defaultdict(lambda: float("nan"))
+        raise RuntimeError(f"run {run.path} is not finished in this run cache ({identity.get('stage')})")
+
+    with patch.object(study, "cached", read_back):
+        args.out.mkdir(parents=True, exist_ok=True)
+        bases = study.base_table(config)
+        grid = study.grid_table(config)
+        rows6 = study.table6(config)
+        init = study.best_init(grid, config.compare_class)
+        trend = study.trend_table(config, init)
+        gaps = study.trend_gaps(trend)
+        verdicts = study.claims(config, grid, rows6, trend)
+        tables = {"bases": bases, "grid": grid, "table6": rows6, "trend": trend, "trend_gaps": gaps, "claims": verdicts}
+        for name, table in tables.items():
+            table.to_csv(args.out / f"03_krony_{name}.csv", index=False)
+    save_figure(study.plot_trend(gaps, title=f"{config.compare_class} Krony ({init}) minus same-size dense models "
+                                 f"({args.scale}, from the run cache)"), args.out / "03_krony_trend.png")
+    print(gaps.round(4).to_string(index=False))
+    print(verdicts.to_string(index=False))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
