@@ -8,8 +8,8 @@
 #   scripts/gpu_paper_runs.sh unpack RESULTS [DEST]  # here: OUT/results.tar.xz -> DEST (results/gpu/): runs,
 #                                                    # notebooks, figures
 #
-# Ran once, on an H200 lease on 2026-11-26: results/gpu/ (log.txt, gpu.csv: the GPU's use every 2 s) and README
-# "Scaling up: one GPU". A lease carries the working tree and at most 64 MiB: our tracked files are ~107 MB
+# Ran on two H200 leases: 2026-11-26 (results/gpu/: log.txt, gpu.csv, the GPU's use every 2 s) and 2026-11-27
+# (results/gpu-2026-11-27/, two processes at a time as below); README "Scaling up: one GPU". A lease carries the working tree and at most 64 MiB: our tracked files are ~107 MB
 # (results/runs and models/ are most of it, and neither is read here), so for the call they were taken out of the
 # index and ignored (`git rm -r --cached -q results/runs models/base*  models/ctrl-demo` plus those paths in
 # .git/info/exclude; `git reset -q` and the exclude lines removed right after).
@@ -17,10 +17,10 @@
 # `pack` puts into .gpu/ (git-ignored): wheels of what its Python lacks (papermill's kernel stack, nltk, and the
 # transformers we test with), the corpora the two studies read once the base exists (GUM, the news domain's
 # Reuters and BBC, LAMBADA, WikiText-2 raw), and the base's prepared token streams (the run cache's base_data run
-# for BASE's data config, xz-compressed). `run` trains the base (`lmstudy base train --overrides`), exports it as
-# a Hugging Face folder, runs 03 from it (`-p base_overrides`, the same run) and 02 from the folder (`init_from`),
-# each study through scripts/gpu_run.sh with a time cap (interrupted and archived when it is reached), and writes
-# OUT/log.txt and OUT/results.tar.xz (every run's config, metrics and log, the executed notebooks, the figures, the
+# for BASE's data config, xz-compressed). `run` trains the base (`lmstudy base train --overrides`) beside 03's scratch
+# pretraining, exports the base as a Hugging Face folder, then runs 03 from it (`-p base_overrides`, the same run)
+# beside 02 from the folder (`init_from`), each study through scripts/gpu_run.sh with a time cap (interrupted and
+# archived when it is reached), and writes OUT/log.txt, a log per process and OUT/results.tar.xz (every run's config, metrics and log, the executed notebooks, the figures, the
 # base's export records). REHEARSE=1 runs the same steps on a CPU with every count cut to seconds (a check of the
 # command, not a result: its numbers mean nothing).
 set -uo pipefail
