@@ -22,7 +22,8 @@
 # beside 02 from the folder (`init_from`), each study through scripts/gpu_run.sh with a time cap (interrupted and
 # archived when it is reached), and writes OUT/log.txt, a log per process and OUT/results.tar.xz (every run's config, metrics and log, the executed notebooks, the figures, the
 # base's export records). REHEARSE=1 runs the same steps on a CPU with every count cut to seconds (a check of the
-# command, not a result: its numbers mean nothing).
+# command, not a result: its numbers mean nothing); on the GPU machine it checks every cell of both notebooks on
+# CUDA in a couple of minutes.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 PY=${PY:-python3}
@@ -101,7 +102,8 @@ run() {
     mkdir -p "$out" "$work"/{data,runs,figures,models,archive}
     rm -rf "$work/results"
     log() { echo "[gpu_paper_runs +$((SECONDS - start))s $(date -u +%H:%M:%S)] $*" | tee -a "$out/log.txt" >&2; }
-    if [ "${REHEARSE:-0}" != 1 ] && compgen -G "$carry/wheels/*.whl" >/dev/null; then
+    # the wheels where this Python lacks them (the GPU machine; here, a rehearsal's Python has them all)
+    if compgen -G "$carry/wheels/*.whl" >/dev/null && ! $PY -c "import papermill" 2>/dev/null; then
         $PY -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$work/site" \
             "$carry"/wheels/*.whl || { log "wheels did not install"; return 1; }
         export PYTHONPATH=$work/site:$PWD
