@@ -51,7 +51,9 @@ ENTITY=(-p corpora "[gum]" -p ner_corpus gum -p budgets "[25, 100]" -p eval_ever
 #      (`lmstudy krony baselines --pretraining-only`; 47 and ~40 GiB);
 #   2. 03 from the base beside 02 from its export, each until 40 s before TOTAL_SECONDS (60 and 16 GiB).
 # Each process logs to a file of its own in OUT (base.log, scratch.log, krony.log, entity.log); log.txt has the stages.
-TOTAL_SECONDS=${TOTAL_SECONDS:-560} BASE_MINUTES=4
+# STUDIES: which of the two run after the base ("03 02", the default; "02" alone gives 02 the whole time, for a
+# lease that finishes what a cap cut: the base is trained again either way, a lease keeps no weights).
+TOTAL_SECONDS=${TOTAL_SECONDS:-560} BASE_MINUTES=4 STUDIES=${STUDIES:-"03 02"}
 CORPORA=(gum reuters21578 bbc_news lambada wikitext-2-raw)
 WHEELS=(asttokens==3.0.2 comm==0.2.3 defusedxml==0.7.1 entrypoints==0.4.2 executing==2.3.0 fastjsonschema==2.22.3
         ipykernel==7.4.0 ipython==9.18.1 ipython-pygments-lexers==1.1.1 jsonschema==4.26.0
@@ -124,13 +126,18 @@ run() {
     # Half the cores each: two processes of 16 threads on 16 cores starved each other's CPU work (the lease of
     # 2026-11-27: 03's reconstruction errors, 3.4 s alone, past 100 s beside 02's NER probe, the GPU idle meanwhile).
     export OMP_NUM_THREADS=$(( $(nproc) > 1 ? $(nproc) / 2 : 1 ))
-    log "base: lmstudy base train --scale paper --overrides \"$BASE\"; beside it 03's scratch pretraining"
+    wants() { [[ " $STUDIES " == *" $1 "* ]]; }
+    local scratch_pid="" krony_pid="" entity_pid=""
+    log "base: lmstudy base train --scale paper --overrides \"$BASE\"; studies after it: $STUDIES"
     timeout --signal=INT --kill-after=30 "${BASE_MINUTES}m" \
         $PY -m lmstudy base train --scale paper --overrides "$BASE" >>"$out/base.log" 2>&1 &
     local base_pid=$!
-    timeout --signal=INT --kill-after=30 "${BASE_MINUTES}m" \
-        $PY -m lmstudy krony baselines --pretraining-only --scale paper "${krony_p[@]}" >>"$out/scratch.log" 2>&1 &
-    local scratch_pid=$!
+    if wants 03; then
+        log "beside the base: 03's scratch pretraining"
+        timeout --signal=INT --kill-after=30 "${BASE_MINUTES}m" $PY -m lmstudy krony baselines --pretraining-only \
+            --scale paper "${krony_p[@]}" >>"$out/scratch.log" 2>&1 &
+        scratch_pid=$!
+    fi
     wait $base_pid || status=1
     log "base: trained (status $status)"
     $PY -m lmstudy base export --scale paper --overrides "$BASE" --dest "$work/models" --no-eval \
@@ -142,20 +149,26 @@ run() {
     # the process beside the base has not finished it yet.
     local left=$((TOTAL_SECONDS - (SECONDS - start) - 40)) minutes
     minutes=$(awk -v s="$left" 'BEGIN { printf "%.2f", (s > 0 ? s : 0) / 60 }')
-    log "03_kronecker and 02_entity_transformer side by side, each for at most $minutes min"
-    log "03: ${krony_p[*]}"
-    log "02: -p init_from $work/models/base ${ENTITY[*]}"
-    WEIGHTS=none scripts/gpu_run.sh 03_kronecker "$minutes" "$work/archive/03" "${krony_p[@]}" \
-        >>"$out/krony.log" 2>&1 &
-    local krony_pid=$!
-    WEIGHTS=none scripts/gpu_run.sh 02_entity_transformer "$minutes" "$work/archive/02" \
-        -p init_from "$work/models/base" "${ENTITY[@]}" >>"$out/entity.log" 2>&1 &
-    local entity_pid=$!
-    wait $scratch_pid || { status=1; log "03's scratch pretraining failed or was stopped (scratch.log)"; }
-    wait $krony_pid || { status=1; log "03 failed or was stopped (krony.log)"; }
-    log "03 ended"
-    wait $entity_pid || { status=1; log "02 failed or was stopped (entity.log)"; }
-    log "02 ended"
+    log "the studies side by side, each for at most $minutes min"
+    if wants 03; then
+        log "03_kronecker: ${krony_p[*]}"
+        WEIGHTS=none scripts/gpu_run.sh 03_kronecker "$minutes" "$work/archive/03" "${krony_p[@]}" \
+            >>"$out/krony.log" 2>&1 &
+        krony_pid=$!
+    fi
+    if wants 02; then
+        log "02_entity_transformer: -p init_from $work/models/base ${ENTITY[*]}"
+        WEIGHTS=none scripts/gpu_run.sh 02_entity_transformer "$minutes" "$work/archive/02" \
+            -p init_from "$work/models/base" "${ENTITY[@]}" >>"$out/entity.log" 2>&1 &
+        entity_pid=$!
+    fi
+    local pid name
+    for pid_name in "$scratch_pid:03's scratch pretraining (scratch.log)" "$krony_pid:03 (krony.log)" \
+                    "$entity_pid:02 (entity.log)"; do
+        pid=${pid_name%%:*} name=${pid_name#*:}
+        [ -n "$pid" ] || continue
+        if wait "$pid"; then log "$name ended"; else status=1; log "$name failed or was stopped at its cap"; fi
+    done
 
     collect "$work" "$out" || status=1
     log "done (status $status; results.tar.xz $(du -h "$out/results.tar.xz" | cut -f1))"
