@@ -59,8 +59,8 @@ def main(argv: list[str] | None = None) -> int:
         tables = {"bases": bases, "grid": grid, "table6": rows6, "trend": trend, "trend_gaps": gaps, "claims": verdicts}
         for name, table in tables.items():
             table.to_csv(args.out / f"03_krony_{name}.csv", index=False)
-    save_figure(study.plot_trend(gaps, title=f"{config.compare_class} Krony ({init}) minus same-size dense models "
-                                 f"({args.scale}, from the run cache)"), args.out / "03_krony_trend.png")
+    title = f"{config.compare_class} Krony ({init}) minus same-size dense ({args.scale})"
+    save_figure(study.plot_trend(gaps, title=title), args.out / "03_krony_trend.png")
     print(gaps.round(4).to_string(index=False))
     print(verdicts.to_string(index=False))
     return 0
