@@ -13,16 +13,13 @@ from __future__ import annotations
 
 import argparse
 from collections import defaultdict
-from dataclasses import fields
 from pathlib import Path
 from unittest.mock import patch
 
 from lmstudy.krony import study
-from lmstudy.krony.cli import STUDY_NOTEBOOK
-from lmstudy.notebook_runner import parse_overrides
+from lmstudy.krony.cli import study_config
 from lmstudy.plots import save_figure
 from lmstudy.runs import get_run
-from lmstudy.scales import preset
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -31,11 +28,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--scale", default="paper", help="the preset the -p values change (default: paper)")
     parser.add_argument("-p", "--parameter", nargs=2, action="append", default=[], metavar=("KEY", "VALUE"))
     args = parser.parse_args(argv)
-    overrides = parse_overrides(args.parameter)
-    unknown = sorted(set(overrides) - {f.name for f in fields(study.KronyConfig)})
-    if unknown:
-        parser.error(f"not a notebook 03 parameter: {', '.join(unknown)}")
-    config = study.KronyConfig(**{**preset(STUDY_NOTEBOOK, args.scale), **overrides})
+    try:
+        config = study_config(args.scale, args.parameter)
+    except ValueError as error:
+        parser.error(str(error))
 
     def read_back(study_name: str, identity: dict, fn) -> dict:
         """The run cache's metrics, never a run: the scores before continued training that the lease's notebook

@@ -162,7 +162,7 @@ run() {
             -p init_from "$work/models/base" "${ENTITY[@]}" >>"$out/entity.log" 2>&1 &
         entity_pid=$!
     fi
-    local pid name
+    local pid name pid_name
     for pid_name in "$scratch_pid:03's scratch pretraining (scratch.log)" "$krony_pid:03 (krony.log)" \
                     "$entity_pid:02 (entity.log)"; do
         pid=${pid_name%%:*} name=${pid_name#*:}

@@ -45,21 +45,29 @@ def print_table(args) -> int:
     return 0
 
 
-def train_baselines(args) -> int:
-    """``lmstudy krony baselines``: the scratch arm's pretraining, then (unless ``--pretraining-only``) the study's
-    ``baseline_runs`` from the other end, with the notebook's preset plus ``-p``."""
+def study_config(scale: str, parameters: list[tuple[str, str]]):
+    """Notebook 03's config at ``scale`` with ``-p KEY VALUE`` pairs, as ``lmstudy study 03_kronecker`` gives its
+    parameters cell; a ValueError names a key that is not a parameter (``lmstudy.__main__`` prints it as one line)."""
     from dataclasses import fields
 
-    from lmstudy.krony.study import KronyConfig, baseline_runs, scratch_pretraining
+    from lmstudy.krony.study import KronyConfig
     from lmstudy.notebook_runner import parse_overrides
     from lmstudy.scales import preset
 
-    overrides = parse_overrides(args.parameter)
+    overrides = parse_overrides(parameters)
     known = {f.name for f in fields(KronyConfig)}
     unknown = sorted(set(overrides) - known)
-    if unknown:  # lmstudy.__main__ prints a ValueError as one line
+    if unknown:
         raise ValueError(f"not a notebook 03 parameter: {', '.join(unknown)} (known: {', '.join(sorted(known))})")
-    config = KronyConfig(**{**preset(STUDY_NOTEBOOK, args.scale), **overrides})
+    return KronyConfig(**{**preset(STUDY_NOTEBOOK, scale), **overrides})
+
+
+def train_baselines(args) -> int:
+    """``lmstudy krony baselines``: the scratch arm's pretraining, then (unless ``--pretraining-only``) the study's
+    ``baseline_runs`` from the other end, with the notebook's preset plus ``-p``."""
+    from lmstudy.krony.study import baseline_runs, scratch_pretraining
+
+    config = study_config(args.scale, args.parameter)
     metrics = scratch_pretraining(config)
     print(f"scratch, equal data ({args.scale}): {metrics['steps']:,} steps, {metrics['tokens']:,} tokens, "
           f"{metrics['parameters']:,} parameters, final validation loss {metrics['val_loss']:.4f}")
