@@ -290,10 +290,14 @@ def test_the_fused_kernel_can_be_switched_off(monkeypatch):
         fused.kernel.cache_clear()
 
 
-def test_the_fused_kernel_splits_tokens_over_threads_with_the_same_result():
-    layer = KroneckerLinear(192, 768, (24, 12), n_factors=2)
-    x = torch.randn(67, 192)  # not a multiple of the thread count
-    grad = torch.randn(67, 768)
+@pytest.mark.parametrize("shape, a_shape", [((768, 192), (24, 12)), ((3072, 768), (96, 96))])
+def test_the_fused_kernel_splits_tokens_over_threads_with_the_same_result(shape, a_shape):
+    # B first, and A first with t = 8: backward's dA runs per tile of 8 tokens, so chunks of 67 / 3 tokens end in a
+    # partial tile.
+    out_features, in_features = shape
+    layer = KroneckerLinear(in_features, out_features, a_shape, n_factors=2)
+    x = torch.randn(67, in_features)  # not a multiple of the thread count
+    grad = torch.randn(67, out_features)
     results = []
     threads = torch.get_num_threads()
     try:

@@ -60,8 +60,9 @@ class FusedKronecker(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x: torch.Tensor, a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor, a_first: bool):
         x, a, b = x.contiguous(), a.contiguous(), b.contiguous()  # x (N, q*t), a (f, p, q), b (f, r, t)
-        # Backward reads each token's intermediate (U = A X or W = X Bᵀ) kept here, instead of recomputing it
-        # (as big per token as the input or the output; none is kept when no gradient is wanted).
+        # A first, backward reads each token's intermediate U = A X kept here (recomputing it cost more than its
+        # round trip through memory); B first, the kernel keeps nothing and backward recomputes W = X Bᵀ. None is
+        # kept when no gradient is wanted.
         y, intermediates = kernel().forward(x, a, b, bias.contiguous(), a_first, any(ctx.needs_input_grad))
         ctx.save_for_backward(x, a, b, intermediates)
         ctx.a_first = a_first

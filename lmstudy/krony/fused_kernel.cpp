@@ -15,11 +15,17 @@
 // and backward (dY (p, r) given):
 //   A first:  dU = dY B (p, t);  dX += Aᵀ dU;  dA += dU Xᵀ;  dBᵀ += Uᵀ dY
 //   B first:  dW = Aᵀ dY (q, r); dX += dW B;   dA += dY Wᵀ;  dB += dWᵀ X
-// (forward keeps U or W for backward: recomputing them cost a quarter of backward's products.)
+// A first, forward keeps U for backward (recomputing it cost more than its round trip through memory); B first,
+// backward recomputes W = X Bᵀ (cheaper than writing and reading it back: measured, 2-6% of the layer).
+// Backward, A first, runs dA += dU Xᵀ once per tile of tokens (K = tile * t instead of t): with t = 8-24 the p x q
+// accumulators would otherwise make a round trip through L1/L2 every token. Both directions prefetch the next
+// token's inputs a slice at a time between this token's products, so that memory is read under the arithmetic.
 #include <torch/extension.h>
 #include <ATen/Parallel.h>
 
 #include <algorithm>
+#include <initializer_list>
+#include <utility>
 #include <vector>
 
 #ifdef __AVX512F__
@@ -154,6 +160,38 @@ void transpose_into(const float* src, int64_t rows, int64_t cols, float* dst) { 
     for (int64_t i = 0; i < rows; ++i) dst[j * rows + i] = src[i * cols + j];
 }
 
+// Prefetches the next token's input rows (up to three streams) in `slices` parts, one `slice()` between two of this
+// token's products: memory is read while the micro-kernel computes, instead of stalling the token that reads it.
+// (All of it at the token's start, or two tokens ahead, was no faster: it stalls the same way.)
+class NextTokenPrefetch {
+ public:
+  void start(int slices, std::initializer_list<std::pair<const float*, int64_t>> streams) {
+    count_ = 0;
+    for (const auto& [data, floats] : streams) {
+      if (floats > 0) streams_[count_++] = {reinterpret_cast<const char*>(data), (floats + 15) / 16, 0};
+    }
+    slices_ = slices;
+    slice_ = 0;
+  }
+  void slice() {
+    if (slice_ >= slices_) return;
+    ++slice_;
+    for (int s = 0; s < count_; ++s) {
+      Stream& stream = streams_[s];
+      for (const int64_t until = stream.lines * slice_ / slices_; stream.done < until; ++stream.done)
+        __builtin_prefetch(stream.data + stream.done * 64, 0, 3);
+    }
+  }
+
+ private:
+  struct Stream {
+    const char* data;
+    int64_t lines, done;
+  };
+  Stream streams_[3];
+  int count_ = 0, slices_ = 1, slice_ = 0;
+};
+
 void check_inputs(const torch::Tensor& x, const torch::Tensor& a, const torch::Tensor& b) {
   for (const auto* t : {&x, &a, &b}) {
     TORCH_CHECK(t->device().is_cpu() && t->scalar_type() == torch::kFloat32 && t->is_contiguous(),
@@ -189,16 +227,27 @@ Plan make_plan(bool a_first, int64_t p, int64_t q, int64_t r, int64_t t) {
   return {dw_t, dw_t};
 }
 
+// One token's intermediate for one factor, as forward computes it: Uᵀ = Xᵀ Aᵀ (t, p) or U = A X (p, t) for A first,
+// W = X Bᵀ (q, r) for B first. `a_t` is Aᵀ (q, p) and `b_t` Bᵀ (t, r), both with contiguous rows.
+void intermediate(bool a_first, const Plan& plan, int64_t p, int64_t q, int64_t r, int64_t t, const float* xn,
+                  const float* a, const float* a_t, const float* b_t, float* mid) {
+  if (a_first && plan.mid_t) matmul_new(t, p, q, transposed(xn, t), a_t, p, mid, p);  // Uᵀ = Xᵀ Aᵀ (t, p)
+  else if (a_first) matmul_new(p, t, q, plain(a, q), xn, t, mid, t);                  // U = A X (p, t)
+  else matmul_new(q, r, t, plain(xn, t), b_t, r, mid, r);                             // W = X Bᵀ (q, r)
+}
+
 }  // namespace
 
-// y (N, p*r) = sum_f (A_f ⊗ B_f) x_n + bias for every token. With `keep`, also returns every token's intermediates
-// (N, f, p*t or q*r: U, Uᵀ or W as the plan computes them) for backward; else an empty tensor.
+// y (N, p*r) = sum_f (A_f ⊗ B_f) x_n + bias for every token. With `keep` and A first, also returns every token's
+// intermediates (N, f, p*t: U or Uᵀ as the plan computes them) for backward; else an empty tensor (B first,
+// backward recomputes W).
 std::vector<torch::Tensor> kron_forward(torch::Tensor x, torch::Tensor a, torch::Tensor b, torch::Tensor bias,
                                         bool a_first, bool keep) {
   check_inputs(x, a, b);
   const int64_t n = x.size(0), f = a.size(0), p = a.size(1), q = a.size(2), r = b.size(1), t = b.size(2);
   const Plan plan = make_plan(a_first, p, q, r, t);
   const int64_t mid_size = a_first ? p * t : q * r;
+  keep = keep && a_first;
   auto y = torch::empty({n, p * r}, x.options());
   auto mids = torch::empty({keep ? n : 0, f, mid_size}, x.options());
   float* mids_data = mids.data_ptr<float>();
@@ -209,42 +258,42 @@ std::vector<torch::Tensor> kron_forward(torch::Tensor x, torch::Tensor a, torch:
   float* ys = y.data_ptr<float>();
   at::parallel_for(0, n, 1, [&](int64_t begin, int64_t end) {
     std::vector<float> scratch(keep ? 0 : mid_size);  // U (p, t) or Uᵀ (t, p); W (q, r)
+    NextTokenPrefetch next;
     for (int64_t token = begin; token < end; ++token) {
       const float* xn = xs + token * q * t;
       float* yn = ys + token * p * r;
+      next.start(2 * f, {{xn + q * t, token + 1 < end ? q * t : 0}});
       for (int64_t k = 0; k < f; ++k) {
-        const float *ak = as + k * p * q, *atk = ats + k * q * p, *btk = bts + k * t * r;
+        const float *ak = as + k * p * q, *btk = bts + k * t * r;
         const float* y_start = k == 0 ? bias_data : yn;  // the first factor starts from the bias
         float* mid = keep ? mids_data + (token * f + k) * mid_size : scratch.data();
-        if (a_first && plan.mid_t) {
-          matmul_new(t, p, q, transposed(xn, t), atk, p, mid, p);            // Uᵀ = Xᵀ Aᵀ (t, p)
-          matmul(p, r, t, transposed(mid, p), btk, r, yn, r, y_start);      // Y += U Bᵀ
-        } else if (a_first) {
-          matmul_new(p, t, q, plain(ak, q), xn, t, mid, t);                  // U = A X (p, t)
-          matmul(p, r, t, plain(mid, t), btk, r, yn, r, y_start);           // Y += U Bᵀ
-        } else {
-          matmul_new(q, r, t, plain(xn, t), btk, r, mid, r);                 // W = X Bᵀ (q, r)
-          matmul(p, r, q, plain(ak, q), mid, r, yn, r, y_start);            // Y += A W
-        }
+        next.slice();
+        intermediate(a_first, plan, p, q, r, t, xn, ak, ats + k * q * p, btk, mid);
+        next.slice();
+        if (a_first) matmul(p, r, t, plan.mid_t ? transposed(mid, p) : plain(mid, t), btk, r, yn, r, y_start);  // Y += U Bᵀ
+        else matmul(p, r, q, plain(ak, q), mid, r, yn, r, y_start);                                         // Y += A W
       }
     }
   });
   return {y, mids};
 }
 
-// Gradients of kron_forward: dx (N, q*t), da (f, p, q), db (f, r, t), dbias (p*r).
+// Gradients of kron_forward: dx (N, q*t), da (f, p, q), db (f, r, t), dbias (p*r). `mids`: forward's (A first), or
+// empty to recompute them.
 std::vector<torch::Tensor> kron_backward(torch::Tensor dy, torch::Tensor x, torch::Tensor a, torch::Tensor b,
                                          torch::Tensor mids, bool a_first) {
   check_inputs(x, a, b);
-  TORCH_CHECK(mids.is_contiguous() && mids.size(0) == x.size(0), "backward needs forward's intermediates (keep)");
+  const bool kept = mids.size(0) != 0;
+  TORCH_CHECK(!kept || (mids.is_contiguous() && mids.size(0) == x.size(0)), "mids must be forward's intermediates");
   const float* mids_data = mids.data_ptr<float>();
   dy = dy.contiguous();
   const int64_t n = x.size(0), f = a.size(0), p = a.size(1), q = a.size(2), r = b.size(1), t = b.size(2);
   const Plan plan = make_plan(a_first, p, q, r, t);
   const int64_t mid_size = a_first ? p * t : q * r;
   auto dx = torch::empty_like(x);  // the first factor writes it, the others add
+  auto a_t = a.transpose(1, 2).contiguous(), b_t = b.transpose(1, 2).contiguous();  // to recompute intermediates
   const float *xs = x.data_ptr<float>(), *as = a.data_ptr<float>(), *bs = b.data_ptr<float>();
-  const float* dys = dy.data_ptr<float>();
+  const float *ats = a_t.data_ptr<float>(), *bts = b_t.data_ptr<float>(), *dys = dy.data_ptr<float>();
   float* dxs = dx.data_ptr<float>();
   // One accumulator set per chunk of tokens (at most one chunk per thread), summed at the end.
   const int64_t chunks = std::max<int64_t>(1, std::min<int64_t>(at::get_num_threads(), n));
@@ -253,48 +302,70 @@ std::vector<torch::Tensor> kron_backward(torch::Tensor dy, torch::Tensor x, torc
   std::vector<std::vector<float>> grad_a(chunks, std::vector<float>(f * p * q, 0.0f));
   std::vector<std::vector<float>> grad_b(chunks, std::vector<float>(f * r * t, 0.0f));
   std::vector<std::vector<float>> grad_bias(chunks, std::vector<float>(p * r, 0.0f));
+  // A first: dA += dU Xᵀ runs once per tile of tokens, over the tile's dU side by side (p, tile * t) and Xᵀ stacked
+  // (tile * t, q); a tile is about TILE_STEPS steps long (measured against 32 and 128: 64 as fast or faster).
+  constexpr int64_t TILE_STEPS = 64;
+  const int64_t tile = a_first ? (TILE_STEPS + t - 1) / t : 1, tile_k = tile * t;
   at::parallel_for(0, chunks, 1, [&](int64_t chunk_begin, int64_t chunk_end) {
-    std::vector<float> dmid(mid_size), dx_t(q * t);
-    std::vector<float> mid_t(a_first ? q * t : q * r);  // Xᵀ (t, q) for A first, Wᵀ (r, q) for B first
+    std::vector<float> dmid(a_first ? f * p * tile_k : mid_size);  // A first: the tile's dU (f, p, tile_k); dWᵀ or dW
+    std::vector<float> dx_t(q * t), scratch(mid_size);                  // scratch: a recomputed U / Uᵀ / W
+    std::vector<float> mid_t(a_first ? tile_k * q : q * r);  // A first: Xᵀ of the tile (tile_k, q); B first: Wᵀ (r, q)
+    NextTokenPrefetch next;
     for (int64_t chunk = chunk_begin; chunk < chunk_end; ++chunk) {
       float *ga = grad_a[chunk].data(), *gb = grad_b[chunk].data(), *gbias = grad_bias[chunk].data();
-      const int64_t end = std::min(n, (chunk + 1) * chunk_size);
-      for (int64_t token = chunk * chunk_size; token < end; ++token) {
+      const int64_t begin = chunk * chunk_size, end = std::min(n, (chunk + 1) * chunk_size);
+      for (int64_t token = begin; token < end; ++token) {
         const float* xn = xs + token * q * t;
         const float* dyn = dys + token * p * r;
         float* dxn = dxs + token * q * t;
+        const bool last = token + 1 == end;
+        next.start(4 * f, {{dyn + p * r, last ? 0 : p * r}, {xn + q * t, last ? 0 : q * t},
+                           {mids_data + (token + 1) * f * mid_size, kept && !last ? f * mid_size : 0}});
+        const int64_t slot = (token - begin) % tile;  // A first: the token's place in its tile
         for (int64_t i = 0; i < p * r; ++i) gbias[i] += dyn[i];
-        if (a_first) transpose_into(xn, q, t, mid_t.data());  // Xᵀ (t, q)
+        if (a_first) transpose_into(xn, q, t, mid_t.data() + slot * t * q);  // Xᵀ (t, q), the tile's rows slot*t..
         for (int64_t k = 0; k < f; ++k) {
           const float *ak = as + k * p * q, *bk = bs + k * r * t;
           float *gak = ga + k * p * q, *gbk = gb + k * r * t;
           const float* dx_start = k == 0 ? nullptr : dxn;
-          const float* mid = mids_data + (token * f + k) * mid_size;  // U / Uᵀ / W, kept by forward
+          const float* mid = kept ? mids_data + (token * f + k) * mid_size : scratch.data();  // U / Uᵀ / W
+          if (!kept) intermediate(a_first, plan, p, q, r, t, xn, ak, ats + k * q * p, bts + k * t * r, scratch.data());
+          next.slice();
           if (a_first) {
             const Strided u_t = plan.mid_t ? plain(mid, p) : transposed(mid, t);       // Uᵀ (t, p)
-            matmul_new(p, t, r, plain(dyn, r), bk, t, dmid.data(), t);                  // dU = dY B (p, t)
+            float* du = dmid.data() + k * p * tile_k + slot * t;                       // dU (p, t), row stride tile_k
+            matmul_new(p, t, r, plain(dyn, r), bk, t, du, tile_k);                     // dU = dY B (p, t)
+            next.slice();
             if (plan.dx_t) {
-              matmul_new(t, q, p, transposed(dmid.data(), t), ak, q, dx_t.data(), q);  // dXᵀ = dUᵀ A (t, q)
+              matmul_new(t, q, p, {du, 1, tile_k}, ak, q, dx_t.data(), q);            // dXᵀ = dUᵀ A (t, q)
               put_transposed(dx_t.data(), t, q, dxn, k > 0);
             } else {
-              matmul(q, t, p, transposed(ak, q), dmid.data(), t, dxn, t, dx_start);   // dX += Aᵀ dU
+              matmul(q, t, p, transposed(ak, q), du, tile_k, dxn, t, dx_start);       // dX += Aᵀ dU
             }
-            matmul_acc(p, q, t, plain(dmid.data(), t), mid_t.data(), q, gak, q);      // dA += dU Xᵀ
+            next.slice();
             matmul_acc(t, r, p, u_t, dyn, r, gbk, r);                                 // dBᵀ += Uᵀ dY (t, r)
+            next.slice();
+            if (slot == tile - 1 || last)  // dA += [dU dU ...] [Xᵀ; Xᵀ; ...] over the tile's tokens so far
+              matmul_acc(p, q, (slot + 1) * t, plain(dmid.data() + k * p * tile_k, tile_k), mid_t.data(), q, gak, q);
           } else {
+            float* dw = dmid.data();
             Strided dw_t;                                                             // dWᵀ (r, q)
             if (plan.mid_t) {
-              matmul_new(r, q, p, transposed(dyn, r), ak, q, dmid.data(), q);         // dWᵀ = dYᵀ A (r, q)
-              dw_t = plain(dmid.data(), q);
-              matmul_new(t, q, r, transposed(bk, t), dmid.data(), q, dx_t.data(), q); // dXᵀ = Bᵀ dWᵀ (t, q)
+              matmul_new(r, q, p, transposed(dyn, r), ak, q, dw, q);                  // dWᵀ = dYᵀ A (r, q)
+              dw_t = plain(dw, q);
+              next.slice();
+              matmul_new(t, q, r, transposed(bk, t), dw, q, dx_t.data(), q);          // dXᵀ = Bᵀ dWᵀ (t, q)
               put_transposed(dx_t.data(), t, q, dxn, k > 0);
             } else {
-              matmul_new(q, r, p, transposed(ak, q), dyn, r, dmid.data(), r);         // dW = Aᵀ dY (q, r)
-              dw_t = transposed(dmid.data(), r);
-              matmul(q, t, r, plain(dmid.data(), r), bk, t, dxn, t, dx_start);        // dX += dW B
+              matmul_new(q, r, p, transposed(ak, q), dyn, r, dw, r);                  // dW = Aᵀ dY (q, r)
+              dw_t = transposed(dw, r);
+              next.slice();
+              matmul(q, t, r, plain(dw, r), bk, t, dxn, t, dx_start);                 // dX += dW B
             }
             transpose_into(mid, q, r, mid_t.data());                                  // Wᵀ (r, q)
+            next.slice();
             matmul_acc(p, q, r, plain(dyn, r), mid_t.data(), q, gak, q);              // dA += dY Wᵀ
+            next.slice();
             matmul_acc(r, t, q, dw_t, xn, t, gbk, t);                                 // dB += dWᵀ X
           }
         }
