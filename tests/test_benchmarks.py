@@ -73,3 +73,16 @@ def test_optimizer_bench_times_three_kernels_that_agree_to_rounding(capsys):
     assert [row[0] for row in rows] == ["default", "foreach", "fused"]
     assert all(float(row[1]) > 0 for row in rows)
     assert all(float(row[3]) < 1e-5 for row in rows)  # the kernels compute the same step up to rounding
+
+
+def test_kernel_ab_reads_the_old_kernel_from_git_and_refuses_bad_input():
+    ab = load_bench("bench_kronecker_kernel_ab")
+    assert "kron_forward" in ab.source_at("HEAD")
+    with pytest.raises(SystemExit, match="no lmstudy/krony/fused_kernel.cpp at revision 'no-such-rev'"):
+        ab.source_at("no-such-rev")
+    assert ab.parse_scheme("64,32,48,24") == (64, 32, 48, 24, 1)
+    assert ab.parse_scheme("24,12,32,16,4") == (24, 12, 32, 16, 4)
+    for bad in ("64,32", "64,32,48,x", "0,32,48,24"):
+        with pytest.raises(SystemExit, match="a scheme is P,Q,R,T"):
+            ab.parse_scheme(bad)
+    assert all(ab.parse_scheme(text) for text in ab.DEFAULT_SCHEMES)
