@@ -77,8 +77,9 @@ def keep_freed_memory() -> None:
     """glibc: no mmap per large block, no heap trimming (a freed output is reused, not page-faulted in again)."""
     try:
         libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
-        libc.mallopt(-3, 1 << 30)  # M_MMAP_THRESHOLD
-        libc.mallopt(-1, 1 << 40)  # M_TRIM_THRESHOLD
+        largest = 2**31 - 1  # mallopt takes a C int (1 << 40 would arrive as 0: trim always)
+        libc.mallopt(-3, 1 << 30)  # M_MMAP_THRESHOLD: blocks up to 1 GiB from the heap
+        libc.mallopt(-1, largest)  # M_TRIM_THRESHOLD: never give the heap's top back
     except (OSError, AttributeError):
         pass  # not glibc: the allocator's own behaviour
 

@@ -16,7 +16,7 @@
 //   A first:  dU = dY B (p, t);  dX += Aᵀ dU;  dA += dU Xᵀ;  dBᵀ += Uᵀ dY
 //   B first:  dW = Aᵀ dY (q, r); dX += dW B;   dA += dY Wᵀ;  dB += dWᵀ X
 // A first, forward keeps U for backward (recomputing it cost more than its round trip through memory); B first,
-// backward recomputes W = X Bᵀ (cheaper than writing and reading it back: measured, 2-6% of the layer).
+// backward recomputes W = X Bᵀ (cheaper than writing it and reading it back; benchmarks/README.md, 2026-11-27).
 // Backward, A first, runs dA += dU Xᵀ once per tile of tokens (K = tile * t instead of t): with t = 8-24 the p x q
 // accumulators would otherwise make a round trip through L1/L2 every token. Both directions prefetch the next
 // token's inputs a slice at a time between this token's products, so that memory is read under the arithmetic.
@@ -182,8 +182,8 @@ inline void transpose_16x16(__m512 r[16]) {
 }
 #endif
 
-// dst (cols, rows) = srcᵀ, or += srcᵀ with `add`. With AVX-512, 16 x 16 blocks transposed in registers (a scalar
-// loop took about 2 cycles a float: 5-10% of backward; gathering src's columns was slower still).
+// dst (cols, rows) = srcᵀ, or += srcᵀ with `add`. With AVX-512, 16 x 16 blocks transposed in registers (faster than
+// a scalar loop; gathering src's columns was slower than the scalar loop).
 void put_transposed(const float* src, int64_t rows, int64_t cols, float* dst, bool add) {
 #ifdef __AVX512F__
   __m512 block[16];
@@ -346,7 +346,7 @@ std::vector<torch::Tensor> kron_backward(torch::Tensor dy, torch::Tensor x, torc
   std::vector<std::vector<float>> grad_b(chunks, std::vector<float>(f * r * t, 0.0f));
   std::vector<std::vector<float>> grad_bias(chunks, std::vector<float>(p * r, 0.0f));
   // A first: dA += dU Xᵀ runs once per tile of tokens, over the tile's dU side by side (p, tile * t) and Xᵀ stacked
-  // (tile * t, q); a tile is about TILE_STEPS steps long (measured against 32 and 128: 64 as fast or faster).
+  // (tile * t, q); a tile is about TILE_STEPS steps long (64 was faster than 128).
   constexpr int64_t TILE_STEPS = 64;
   const int64_t tile = a_first ? (TILE_STEPS + t - 1) / t : 1, tile_k = tile * t;
   at::parallel_for(0, chunks, 1, [&](int64_t chunk_begin, int64_t chunk_end) {
