@@ -18,8 +18,9 @@
 // A first, forward keeps U for backward (recomputing it cost more than its round trip through memory); B first,
 // backward recomputes W = X Bᵀ (cheaper than writing it and reading it back; benchmarks/README.md, 2026-11-27).
 // Backward, A first, runs dA += dU Xᵀ once per tile of tokens (K = tile * t instead of t): with t = 8-24 the p x q
-// accumulators would otherwise make a round trip through L1/L2 every token. Both directions prefetch the next
-// token's inputs a slice at a time between this token's products, so that memory is read under the arithmetic.
+// accumulators would otherwise make a round trip through L1/L2 every token; dX too, mostly (see dx_per_tile).
+// Both directions prefetch the next token's inputs a slice at a time between this token's products, so that memory
+// is read under the arithmetic.
 #include <torch/extension.h>
 #include <ATen/Parallel.h>
 
