@@ -31,6 +31,8 @@ from pathlib import Path
 
 import torch
 
+from lmstudy.krony.model import KroneckerLinear
+
 ROOT = Path(__file__).resolve().parent.parent
 KERNEL = "lmstudy/krony/fused_kernel.cpp"
 TOKENS = 2048
@@ -87,7 +89,7 @@ def keep_freed_memory() -> None:
 def compare(modules: dict, scheme: tuple[int, int, int, int, int], repeats: int) -> dict:
     """Alternate the versions on one scheme; medians, the median paired ratio and whether the results agree."""
     p, q, r, t, factors = scheme
-    a_first = p * t * (q + r) <= q * r * (t + p)  # the layer's choice (KroneckerLinear.a_first)
+    a_first = KroneckerLinear(q * t, p * r, (p, q)).a_first  # the order the layer picks for these shapes
     generator = torch.Generator().manual_seed(0)
     x = torch.randn(TOKENS, q * t, generator=generator)
     a, b = torch.randn(factors, p, q, generator=generator), torch.randn(factors, r, t, generator=generator)
