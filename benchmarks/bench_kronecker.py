@@ -26,6 +26,11 @@ backward pass of a chain of matmuls costs twice its forward for both layers, so 
 The goal (issue 20): a speed-up of at least half the FLOP ratio for every scheme whose factors are at least
 8 wide (every side of A and B >= 8); the ``goal`` column says ``met`` / ``NOT met``, or ``-`` where a factor
 is narrower. A speed-up below the FLOP ratio is overhead: small matmuls, memory passes, the bias add.
+``goal ms`` is the time that half the FLOP ratio allows (dense ms * 2 / FLOP ratio). ``floor ms`` is what this
+machine takes, in the same rounds, for the memory traffic that any implementation of the layer's forward +
+backward does when its inputs and outputs do not fit in cache: write ``y`` and ``dx``, read ``x`` twice (forward,
+and backward for the factor gradients) and ``dy`` once (:func:`memory_floor`, plain torch fills and sums). Where
+the floor is a large share of ``goal ms``, the arithmetic has to run under the memory traffic to meet the goal.
 
     python benchmarks/bench_kronecker.py                  # all sizes, CPU, 1 thread, 2048 tokens
     python benchmarks/bench_kronecker.py --size "ours 192->768" --previous
@@ -115,6 +120,21 @@ def time_forward_backward(layer: torch.nn.Module, x: torch.Tensor, grad: torch.T
     return clock() - start
 
 
+def memory_floor(x: torch.Tensor, grad: torch.Tensor, clock=time.perf_counter) -> float:
+    """Seconds to write ``y`` (the size of ``grad``) and ``dx`` (of ``x``), read ``x`` twice and ``grad`` once:
+    the traffic of a forward + backward that computes everything else in cache."""
+    x = x.detach()
+    _synchronize(x.device)
+    start = clock()
+    torch.empty_like(grad).fill_(1.0)  # forward writes y
+    x.sum()  # forward reads x
+    grad.sum()  # backward reads dy ...
+    x.sum()  # ... and x again, for the factor gradients
+    torch.empty_like(x).fill_(1.0)  # and writes dx
+    _synchronize(x.device)
+    return clock() - start
+
+
 def parse_a_shape(text: str) -> tuple[int, int]:
     """``"64,32"`` -> ``(64, 32)``; a clear error otherwise."""
     try:
@@ -152,22 +172,27 @@ def benchmark_scheme(
         layers["previous"] = _Previous(factored, previous)
     if compile_mode:
         layers["compiled"] = torch.compile(factored, mode=compile_mode)
-    times = {name: [] for name in layers}
+    times = {name: [] for name in [*layers, "floor"]}
     for run in range(warmup + repeats):
         for name, layer in layers.items():
             elapsed = time_forward_backward(layer, x, grad, clock)
             if run >= warmup:
                 times[name].append(elapsed)
+        floor = memory_floor(x, grad, clock)
+        if run >= warmup:
+            times["floor"].append(floor)
     flop_ratio = in_features * out_features / factored.multiply_adds_per_token()
     # Median of the paired ratios: each round ran back to back, so slow drifts in load cancel.
     speedups = {name: statistics.median(d / t for d, t in zip(times["dense"], times[name])) for name in layers}
     b_shape = partner_shape(shape, a_shape)
+    ms = {name: 1e3 * statistics.median(values) for name, values in times.items()}
     return {
         "a_shape": a_shape,
         "b_shape": b_shape,
         "factors": n_factors if not scalars else f"{n_factors}+s",
         "flop_ratio": flop_ratio,
-        "ms": {name: 1e3 * statistics.median(values) for name, values in times.items()},
+        "ms": ms,
+        "goal_ms": ms["dense"] * 2 / flop_ratio,
         "speedup": speedups["kron"],
         "previous_speedup": speedups.get("previous"),
         "compiled_speedup": speedups.get("compiled"),
@@ -183,7 +208,7 @@ def format_rows(size: str, rows: list[dict]) -> str:
     header += f"{'before ms':>9} {'before':>7} " if previous else ""
     blas = any(row["blas_speedup"] is not None for row in rows)  # schemes on the fused kernel: BLAS beside it
     header += f"{'BLAS ms':>9} {'BLAS':>7} " if blas else ""
-    header += f"{'kron ms':>9} {'speed-up':>9} {'goal':>8}"
+    header += f"{'kron ms':>9} {'speed-up':>9} {'goal':>8} {'goal ms':>8} {'floor ms':>8}"
     compiled = rows[0]["compiled_speedup"] is not None
     header += f" {'compiled ms':>11} {'speed-up':>9}" if compiled else ""
     lines = [header, "-" * len(header)]
@@ -196,7 +221,8 @@ def format_rows(size: str, rows: list[dict]) -> str:
             line += f"{'-':>9} {'-':>7} "  # this scheme's layer runs its BLAS plan: the kron columns are it
         elif blas:
             line += f"{row['ms']['blas']:>9.2f} {row['blas_speedup']:>7.2f} "
-        line += f"{row['ms']['kron']:>9.2f} {row['speedup']:>9.2f} {row['goal']:>8}"
+        line += (f"{row['ms']['kron']:>9.2f} {row['speedup']:>9.2f} {row['goal']:>8} {row['goal_ms']:>8.2f} "
+                 f"{row['ms']['floor']:>8.2f}")
         if compiled:
             line += f" {row['ms']['compiled']:>11.2f} {row['compiled_speedup']:>9.2f}"
         lines.append(line)

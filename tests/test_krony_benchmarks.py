@@ -22,7 +22,12 @@ def test_kronecker_bench_reports_the_goal_and_the_previous_layer(capsys):
     # The tiny-factor class runs the fused kernel, timed beside its BLAS plans; B = (2, 1) runs BLAS only.
     rows = {line.split(")")[0]: line for line in printed.splitlines() if line.startswith("ours")}
     assert "BLAS ms" in printed
-    assert rows["ours 192->768    (384, 192"].split()[-5:-3] == ["-", "-"]
+    assert rows["ours 192->768    (384, 192"].split()[-7:-5] == ["-", "-"]
+    # goal ms: the time half the FLOP ratio allows; floor ms: the layer's memory traffic alone, timed beside it.
+    row = bench.benchmark_scheme((768, 192), ((24, 12), 1, False), tokens=64, repeats=1, warmup=0,
+                                 device=torch.device("cpu"))
+    assert row["goal_ms"] == pytest.approx(row["ms"]["dense"] * 2 / row["flop_ratio"])
+    assert 0 < row["ms"]["floor"] < row["ms"]["dense"]
     # The goal covers factors at least 8 wide on every side; B = (4, 1) is outside it.
     assert bench.goal_status((24, 12), (32, 16), flop_ratio=9.6, speedup=4.8) == "met"
     assert bench.goal_status((24, 12), (32, 16), flop_ratio=9.6, speedup=4.7) == "NOT met"
