@@ -23,6 +23,7 @@ import argparse
 import ctypes
 import ctypes.util
 import hashlib
+import importlib.util
 import statistics
 import subprocess
 import tempfile
@@ -31,19 +32,32 @@ from pathlib import Path
 
 import torch
 
-from lmstudy.krony.model import KroneckerLinear
+from lmstudy.krony.fused import BUILD_FLAGS
+from lmstudy.krony.model import FUSED_MIN_SIDE, KroneckerLinear, partner_shape
 
 ROOT = Path(__file__).resolve().parent.parent
 KERNEL = "lmstudy/krony/fused_kernel.cpp"
 TOKENS = 2048
-# Table 1's schemes at GPT-2 small's dims (c_fc, A = (P, Q) in the paper's layout, B its partner) and the Krony
-# study's 67M class at the shared base's dims (c_fc, c_proj; 1 and 4 factors): bench_kronecker.py's rows with
-# factors at least 6 wide, the ones the kernel runs.
-DEFAULT_SCHEMES = [
-    "64,32,48,24", "64,48,48,16", "96,32,32,24", "64,64,48,12", "128,32,24,24", "96,48,32,16", "96,64,32,12",
-    "128,48,24,16", "128,64,24,12", "96,96,32,8", "192,48,16,16", "128,96,24,8", "192,64,16,12", "256,64,12,12",
-    "24,12,32,16", "12,24,16,32", "24,12,32,16,4", "12,24,16,32,4",
-]
+
+
+def default_schemes() -> list[str]:
+    """bench_kronecker.py's schemes that run the fused kernel (factors at least ``FUSED_MIN_SIDE`` wide), as
+    ``P,Q,R,T[,F]``: Table 1 at GPT-2 small's dims, the Krony study's 67M class at the shared base's (c_fc, c_proj;
+    1 and 4 factors; the scalars variant is the same work for the kernel, so it appears once)."""
+    spec = importlib.util.spec_from_file_location("bench_kronecker", Path(__file__).with_name("bench_kronecker.py"))
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    schemes = []
+    for shape, size_schemes in bench.sizes().values():
+        for a_shape, factors, _scalars in size_schemes:
+            b_shape = partner_shape(shape, a_shape)
+            text = ",".join(map(str, (*a_shape, *b_shape))) + (f",{factors}" if factors > 1 else "")
+            if min(*a_shape, *b_shape) >= FUSED_MIN_SIDE and text not in schemes:
+                schemes.append(text)
+    return schemes
+
+
+DEFAULT_SCHEMES = default_schemes()
 
 
 def source_at(revision: str) -> str:
@@ -61,7 +75,7 @@ def build(source: str, folder: Path):
     digest = hashlib.sha1(source.encode()).hexdigest()[:10]
     path = folder / f"kron_{digest}.cpp"
     path.write_text(source)
-    return load(name=f"kron_ab_{digest}", sources=[str(path)], extra_cflags=["-O3", "-march=native", "-funroll-loops"])
+    return load(name=f"kron_ab_{digest}", sources=[str(path)], extra_cflags=BUILD_FLAGS)
 
 
 def parse_scheme(text: str) -> tuple[int, int, int, int, int]:

@@ -22,6 +22,7 @@ from pathlib import Path
 import torch
 
 SOURCE = Path(__file__).with_name("fused_kernel.cpp")
+BUILD_FLAGS = ["-O3", "-march=native", "-funroll-loops"]  # for this machine's CPU (see the module docstring)
 ENV_SWITCH = "LMSTUDY_KRONY_FUSED"
 
 
@@ -39,7 +40,7 @@ def kernel():
         from torch.utils.cpp_extension import load
 
         return load(name="lmstudy_krony_fused", sources=[str(SOURCE)], verbose=False,
-                    extra_cflags=["-O3", "-march=native", "-funroll-loops"])
+                    extra_cflags=BUILD_FLAGS)
     except Exception as error:  # no compiler, no ninja, a build error: keep the BLAS plans, say so once
         warnings.warn(f"the fused Kronecker kernel could not be built ({type(error).__name__}: "
                       f"{str(error).strip().splitlines()[-1] if str(error).strip() else ''}); "

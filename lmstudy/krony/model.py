@@ -74,10 +74,11 @@ plan but a C++ kernel (built on first use): each token's products run back to ba
 and ``Y`` are in cache, all through one register-blocked AVX-512 micro-kernel; each product is oriented so that its
 output rows fill the 16-float lanes; the first factor starts from the bias and the factor and bias gradients
 accumulate in per-thread buffers. A first, forward keeps each token's intermediate ``U = A X`` for backward; B
-first, backward recomputes ``W = X Bᵀ``. Backward runs ``dA`` once per tile of tokens (A first), transposes in
-16 x 16 register blocks and prefetches the next token's inputs between the products. Narrower factors (``B = (4, 1)``) keep the GEMM plan, where it is several times faster. Measured for
-every scheme, with the BLAS plans beside it: ``benchmarks/README.md`` ("Kronecker layer"); the same numbers as the
-reference forward, in both orders: ``tests/test_kronecker.py``.
+first, backward recomputes ``W = X Bᵀ``. Backward runs ``dA`` and mostly ``dX`` once per tile of tokens (A first),
+transposes in 16 x 16 register blocks and prefetches the next token's inputs between the products. Narrower factors
+(``B = (4, 1)``) keep the GEMM plan, where it is several times faster. Measured for every scheme, with the BLAS
+plans beside it: ``benchmarks/README.md`` ("Kronecker layer"); the same numbers as the reference forward, in both
+orders: ``tests/test_kronecker.py``.
 
 Initialisations
 ---------------
