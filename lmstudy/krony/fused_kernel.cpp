@@ -50,9 +50,12 @@ inline __mmask16 tail_mask(int64_t valid) {
 
 // C[ROWS, cols] = START + A[ROWS, K] * B[K, cols] for up to 16 * VECS columns (START: C's layout, or nullptr for
 // zeros): ROWS x VECS accumulators in registers. Named variables, not an array: GCC spilled an accumulator array
-// to the stack on every k (the whole layer was 2.4x slower).
+// to the stack on every k (the whole layer was 2.4x slower). K_MAJOR: A's rows are adjacent (row stride 1, a
+// transposed view), so step k reads A's column k at constant offsets from one pointer and the compiler folds each
+// broadcast into its FMA as one fused instruction; with a pointer per row and an index, the CPU splits such an FMA
+// in two, which limits the 1-vector kernel (2-6% of the layer, benchmarks/README.md, 2026-11-27 third session).
 #define LMSTUDY_ROWS(X) X(0) X(1) X(2) X(3) X(4) X(5) X(6) X(7) X(8) X(9) X(10) X(11)
-template <int ROWS, int VECS>
+template <int ROWS, int VECS, bool K_MAJOR>
 inline void micro_kernel(int64_t cols, int64_t K, const float* a, int64_t a_row_stride, int64_t a_col_stride,
                          const float* b, int64_t ldb, float* c, int64_t ldc, const float* start) {
   static_assert(ROWS >= 1 && ROWS <= 12 && (VECS == 1 || VECS == 2), "micro-kernel size");
@@ -70,9 +73,10 @@ inline void micro_kernel(int64_t cols, int64_t K, const float* a, int64_t a_row_
     const __m512 b0 = _mm512_maskz_loadu_ps(m0, b + k * ldb);
     const __m512 b1 = VECS == 2 ? _mm512_maskz_loadu_ps(m1, b + k * ldb + 16) : _mm512_setzero_ps();
     const int64_t offset = k * a_col_stride;
+    const float* a_k = a + offset;  // K_MAJOR: A's column k
 #define LMSTUDY_FMA(r)                                                  \
     if constexpr (ROWS > (r)) {                                         \
-      const __m512 a_rk = _mm512_set1_ps(a##r[offset]);                 \
+      const __m512 a_rk = _mm512_set1_ps(K_MAJOR ? a_k[r] : a##r[offset]); \
       c##r##0 = _mm512_fmadd_ps(a_rk, b0, c##r##0);                     \
       if constexpr (VECS == 2) c##r##1 = _mm512_fmadd_ps(a_rk, b1, c##r##1); \
     }
@@ -89,31 +93,45 @@ inline void micro_kernel(int64_t cols, int64_t K, const float* a, int64_t a_row_
 }
 
 // All rows of one block of columns, ROWS at a time, then the remainder.
-template <int ROWS, int VECS>
+template <int ROWS, int VECS, bool K_MAJOR>
 void column_block(int64_t rows, int64_t width, int64_t K, const Strided& a, const float* b, int64_t ldb, float* c,
                   int64_t ldc, const float* start) {
   const int64_t rs = a.row_stride, cs = a.col_stride;
   int64_t i = 0;
   for (; i + ROWS <= rows; i += ROWS)
-    micro_kernel<ROWS, VECS>(width, K, a.data + i * rs, rs, cs, b, ldb, c + i * ldc, ldc,
+    micro_kernel<ROWS, VECS, K_MAJOR>(width, K, a.data + i * rs, rs, cs, b, ldb, c + i * ldc, ldc,
                              start ? start + i * ldc : nullptr);
   const float* ai = a.data + i * rs;
   float* ci = c + i * ldc;
   const float* si = start ? start + i * ldc : nullptr;
   switch (rows - i) {  // fewer than ROWS rows left
-    case 11: micro_kernel<11, VECS>(width, K, ai, rs, cs, b, ldb, ci, ldc, si); break;
-    case 10: micro_kernel<10, VECS>(width, K, ai, rs, cs, b, ldb, ci, ldc, si); break;
-    case 9: micro_kernel<9, VECS>(width, K, ai, rs, cs, b, ldb, ci, ldc, si); break;
-    case 8: micro_kernel<8, VECS>(width, K, ai, rs, cs, b, ldb, ci, ldc, si); break;
-    case 7: micro_kernel<7, VECS>(width, K, ai, rs, cs, b, ldb, ci, ldc, si); break;
-    case 6: micro_kernel<6, VECS>(width, K, ai, rs, cs, b, ldb, ci, ldc, si); break;
-    case 5: micro_kernel<5, VECS>(width, K, ai, rs, cs, b, ldb, ci, ldc, si); break;
-    case 4: micro_kernel<4, VECS>(width, K, ai, rs, cs, b, ldb, ci, ldc, si); break;
-    case 3: micro_kernel<3, VECS>(width, K, ai, rs, cs, b, ldb, ci, ldc, si); break;
-    case 2: micro_kernel<2, VECS>(width, K, ai, rs, cs, b, ldb, ci, ldc, si); break;
-    case 1: micro_kernel<1, VECS>(width, K, ai, rs, cs, b, ldb, ci, ldc, si); break;
+    case 11: micro_kernel<11, VECS, K_MAJOR>(width, K, ai, rs, cs, b, ldb, ci, ldc, si); break;
+    case 10: micro_kernel<10, VECS, K_MAJOR>(width, K, ai, rs, cs, b, ldb, ci, ldc, si); break;
+    case 9: micro_kernel<9, VECS, K_MAJOR>(width, K, ai, rs, cs, b, ldb, ci, ldc, si); break;
+    case 8: micro_kernel<8, VECS, K_MAJOR>(width, K, ai, rs, cs, b, ldb, ci, ldc, si); break;
+    case 7: micro_kernel<7, VECS, K_MAJOR>(width, K, ai, rs, cs, b, ldb, ci, ldc, si); break;
+    case 6: micro_kernel<6, VECS, K_MAJOR>(width, K, ai, rs, cs, b, ldb, ci, ldc, si); break;
+    case 5: micro_kernel<5, VECS, K_MAJOR>(width, K, ai, rs, cs, b, ldb, ci, ldc, si); break;
+    case 4: micro_kernel<4, VECS, K_MAJOR>(width, K, ai, rs, cs, b, ldb, ci, ldc, si); break;
+    case 3: micro_kernel<3, VECS, K_MAJOR>(width, K, ai, rs, cs, b, ldb, ci, ldc, si); break;
+    case 2: micro_kernel<2, VECS, K_MAJOR>(width, K, ai, rs, cs, b, ldb, ci, ldc, si); break;
+    case 1: micro_kernel<1, VECS, K_MAJOR>(width, K, ai, rs, cs, b, ldb, ci, ldc, si); break;
     default: break;
   }
+}
+#endif
+
+#ifdef __AVX512F__
+// 32-column blocks with 8 rows (16 accumulators), a last block of at most 16 columns with 12 rows.
+template <bool K_MAJOR>
+void column_blocks(int64_t rows, int64_t cols, int64_t K, const Strided& a, const float* b, int64_t ldb, float* c,
+                   int64_t ldc, const float* start) {
+  int64_t j0 = 0;
+  for (; j0 + 16 < cols; j0 += 32)
+    column_block<8, 2, K_MAJOR>(rows, std::min<int64_t>(32, cols - j0), K, a, b + j0, ldb, c + j0, ldc,
+                                start ? start + j0 : nullptr);
+  if (j0 < cols)
+    column_block<12, 1, K_MAJOR>(rows, cols - j0, K, a, b + j0, ldb, c + j0, ldc, start ? start + j0 : nullptr);
 }
 #endif
 
@@ -123,12 +141,8 @@ void column_block(int64_t rows, int64_t width, int64_t K, const Strided& a, cons
 void matmul(int64_t rows, int64_t cols, int64_t K, const Strided& a, const float* b, int64_t ldb, float* c,
             int64_t ldc, const float* start) {
 #ifdef __AVX512F__
-  // 32-column blocks with 8 rows (16 accumulators), a last block of at most 16 columns with 12 rows.
-  int64_t j0 = 0;
-  for (; j0 + 16 < cols; j0 += 32)
-    column_block<8, 2>(rows, std::min<int64_t>(32, cols - j0), K, a, b + j0, ldb, c + j0, ldc,
-                       start ? start + j0 : nullptr);
-  if (j0 < cols) column_block<12, 1>(rows, cols - j0, K, a, b + j0, ldb, c + j0, ldc, start ? start + j0 : nullptr);
+  if (a.row_stride == 1) column_blocks<true>(rows, cols, K, a, b, ldb, c, ldc, start);
+  else column_blocks<false>(rows, cols, K, a, b, ldb, c, ldc, start);
 #else
   // Portable path (correct everywhere; the compiler vectorises the inner loop as it can).
   for (int64_t i = 0; i < rows; ++i) {
