@@ -253,7 +253,8 @@ class NextTokenPrefetch {
   void start(int slices, std::initializer_list<std::pair<const float*, int64_t>> streams) {
     count_ = 0;
     for (const auto& [data, floats] : streams) {
-      if (floats > 0) streams_[count_++] = {reinterpret_cast<const char*>(data), (floats + 15) / 16, 0};
+      const int64_t lines = (floats + 15) / 16;
+      if (floats > 0) streams_[count_++] = {reinterpret_cast<const char*>(data), lines, (lines + slices - 1) / slices, 0};
     }
     slices_ = slices;
     slice_ = 0;
@@ -263,7 +264,7 @@ class NextTokenPrefetch {
     ++slice_;
     for (int s = 0; s < count_; ++s) {
       Stream& stream = streams_[s];
-      for (const int64_t until = stream.lines * slice_ / slices_; stream.done < until; ++stream.done)
+      for (const int64_t until = std::min(stream.lines, stream.done + stream.step); stream.done < until; ++stream.done)
         __builtin_prefetch(stream.data + stream.done * 64, 0, 3);
     }
   }
@@ -271,7 +272,7 @@ class NextTokenPrefetch {
  private:
   struct Stream {
     const char* data;
-    int64_t lines, done;
+    int64_t lines, step, done;  // step: lines per slice
   };
   Stream streams_[3];
   int count_ = 0, slices_ = 1, slice_ = 0;
