@@ -15,6 +15,14 @@ factors; the order (A first or B first) is the layer's, the FLOP-cheaper one.
 
     python benchmarks/bench_kronecker_kernel_ab.py --against HEAD           # uncommitted changes vs the last commit
     python benchmarks/bench_kronecker_kernel_ab.py --against dd45a79 64,32,48,24 12,24,16,32
+
+Experiments kept as patches (``benchmarks/kernel_patches/``, each says what it changes): ``--patch FILE`` times the
+working tree's kernel with FILE applied as the new version, ``--apart`` reports forward and backward apart, and
+``--mkl`` builds both versions against MKL (the ``mkl`` and ``mkl-include`` pip packages in this environment, or
+``$MKLROOT`` with ``include/`` and ``lib/``), for a patch that calls it:
+
+    python benchmarks/bench_kronecker_kernel_ab.py --against HEAD --apart --mkl \
+        --patch benchmarks/kernel_patches/mkl_jit_backward.patch 64,64,48,12
 """
 
 from __future__ import annotations
@@ -24,8 +32,10 @@ import ctypes
 import ctypes.util
 import hashlib
 import importlib.util
+import os
 import statistics
 import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -68,14 +78,41 @@ def source_at(revision: str) -> str:
     return result.stdout
 
 
-def build(source: str, folder: Path):
-    """Compile one version as its own extension module (named by its hash, so a rerun reuses the build)."""
+def patched(source: str, patch: Path) -> str:
+    """``source`` (the kernel) with a ``git diff`` of it applied; a clear error when it does not apply."""
+    with tempfile.TemporaryDirectory() as folder:
+        kernel = Path(folder) / KERNEL
+        kernel.parent.mkdir(parents=True)
+        kernel.write_text(source)
+        result = subprocess.run(["git", "apply", str(patch.resolve())], cwd=folder, capture_output=True, text=True)
+        if result.returncode != 0:
+            raise SystemExit(f"{patch} does not apply to the working tree's kernel: {result.stderr.strip()}")
+        return kernel.read_text()
+
+
+def mkl_flags() -> tuple[list[str], list[str]]:
+    """Include folders and linker flags for MKL (sequential, LP64): ``$MKLROOT`` or this environment's prefix."""
+    for root in [os.environ.get("MKLROOT"), sys.prefix]:
+        if not root:
+            continue
+        include, lib = Path(root) / "include", Path(root) / "lib"
+        libraries = [sorted(lib.glob(f"libmkl_{name}.so*")) for name in ("intel_lp64", "sequential", "core")]
+        if (include / "mkl.h").exists() and all(libraries):
+            return [str(include)], [*(str(found[0]) for found in libraries), f"-Wl,-rpath,{lib}"]
+    raise SystemExit("--mkl: no MKL found (mkl.h and libmkl_intel_lp64/sequential/core): "
+                     "pip install mkl mkl-include, or set MKLROOT")
+
+
+def build(source: str, folder: Path, mkl: bool = False):
+    """Compile one version as its own extension module (named by its hash and build flags, so a rerun reuses it)."""
     from torch.utils.cpp_extension import load
 
-    digest = hashlib.sha1(source.encode()).hexdigest()[:10]
+    includes, ldflags = mkl_flags() if mkl else ([], [])
+    digest = hashlib.sha1((source + " ".join(includes + ldflags)).encode()).hexdigest()[:10]
     path = folder / f"kron_{digest}.cpp"
     path.write_text(source)
-    return load(name=f"kron_ab_{digest}", sources=[str(path)], extra_cflags=BUILD_FLAGS)
+    return load(name=f"kron_ab_{digest}", sources=[str(path)], extra_cflags=BUILD_FLAGS,
+                extra_include_paths=includes, extra_ldflags=ldflags)
 
 
 def parse_scheme(text: str) -> tuple[int, int, int, int, int]:
@@ -108,25 +145,30 @@ def compare(modules: dict, scheme: tuple[int, int, int, int, int], repeats: int)
     x = torch.randn(TOKENS, q * t, generator=generator)
     a, b = torch.randn(factors, p, q, generator=generator), torch.randn(factors, r, t, generator=generator)
     bias, dy = torch.randn(p * r, generator=generator), torch.randn(TOKENS, p * r, generator=generator)
-    times = {name: [] for name in modules}
+    times = {name: [] for name in modules}  # per round: (forward, backward) seconds
     results = {}
     for round_ in range(repeats + 2):
         for name, module in modules.items():
             start = time.process_time()
             y, kept = module.forward(x, a, b, bias, a_first, True)
+            middle = time.process_time()
             grads = module.backward(dy, x, a, b, kept, a_first)
-            elapsed = time.process_time() - start
             if round_ >= 2:
-                times[name].append(elapsed)
+                times[name].append((middle - start, time.process_time() - middle))
             results[name] = [y, *grads]
     agree = all(torch.allclose(new, old, rtol=1e-4, atol=1e-4 * old.abs().max().item())
                 for new, old in zip(results["new"], results["old"]))
+    def median_ms(name: str, part=sum) -> float:
+        return 1e3 * statistics.median(part(round_) for round_ in times[name])
+
+    forward, backward = (lambda round_: round_[0]), (lambda round_: round_[1])
     return {
         "order": "A first" if a_first else "B first",
-        "old_ms": 1e3 * statistics.median(times["old"]),
-        "new_ms": 1e3 * statistics.median(times["new"]),
-        "ratio": statistics.median(new / old for new, old in zip(times["new"], times["old"])),
+        "old_ms": median_ms("old"),
+        "new_ms": median_ms("new"),
+        "ratio": statistics.median(sum(new) / sum(old) for new, old in zip(times["new"], times["old"])),
         "agree": agree,
+        "apart": [median_ms(name, part) for name in ("old", "new") for part in (forward, backward)],
     }
 
 
@@ -135,23 +177,32 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("schemes", nargs="*", help="P,Q,R,T[,F] (default: bench_kronecker.py's fused schemes)")
     parser.add_argument("--against", required=True, metavar="REV", help="git revision of the old kernel (e.g. HEAD)")
     parser.add_argument("--repeats", type=int, default=15, help="timed rounds per scheme (default 15)")
+    parser.add_argument("--patch", type=Path, metavar="FILE",
+                        help="the new version is the working tree's kernel with this git diff applied")
+    parser.add_argument("--apart", action="store_true", help="also report forward and backward apart")
+    parser.add_argument("--mkl", action="store_true", help="build both versions against MKL (for a patch that calls it)")
     args = parser.parse_args(argv)
     schemes = [parse_scheme(text) for text in args.schemes or DEFAULT_SCHEMES]
     old_source, new_source = source_at(args.against), (ROOT / KERNEL).read_text()
+    if args.patch:
+        new_source = patched(new_source, args.patch)
     keep_freed_memory()
     torch.set_num_threads(1)
     folder = Path(tempfile.gettempdir()) / "lmstudy_kernel_ab"  # the sources stay put, so a rerun reuses the builds
     folder.mkdir(exist_ok=True)
     print(f"building the kernel at {args.against} and the working tree's (about 40 s each, once)", flush=True)
-    modules = {"old": build(old_source, folder), "new": build(new_source, folder)}
+    modules = {"old": build(old_source, folder, args.mkl), "new": build(new_source, folder, args.mkl)}
     print(f"torch {torch.__version__}, 1 thread, {TOKENS} tokens, forward + backward, CPU time, median of "
           f"{args.repeats} rounds after 2 warm-up, versions alternating")
+    apart = ["old fwd", "old bwd", "new fwd", "new bwd"] if args.apart else []
     header = f"{'scheme (P,Q,R,T,F)':<20} {'order':<8} {'old ms':>8} {'new ms':>8} {'new/old':>8}  results"
+    header += "".join(f" {name:>8}" for name in apart)
     print(header + "\n" + "-" * len(header))
     for scheme in schemes:
         row = compare(modules, scheme, args.repeats)
-        print(f"{','.join(map(str, scheme)):<20} {row['order']:<8} {row['old_ms']:>8.2f} {row['new_ms']:>8.2f} "
-              f"{row['ratio']:>8.3f}  {'ok' if row['agree'] else 'DIFFER'}", flush=True)
+        line = (f"{','.join(map(str, scheme)):<20} {row['order']:<8} {row['old_ms']:>8.2f} {row['new_ms']:>8.2f} "
+                f"{row['ratio']:>8.3f}  {'ok     ' if row['agree'] else 'DIFFER '}")
+        print(line + "".join(f" {ms:>8.2f}" for ms in row["apart"][:len(apart)]), flush=True)
     return 0
 
 
