@@ -158,6 +158,7 @@ def compare(modules: dict, scheme: tuple[int, int, int, int, int], repeats: int)
             results[name] = [y, *grads]
     agree = all(torch.allclose(new, old, rtol=1e-4, atol=1e-4 * old.abs().max().item())
                 for new, old in zip(results["new"], results["old"]))
+
     def median_ms(name: str, part=sum) -> float:
         return 1e3 * statistics.median(part(round_) for round_ in times[name])
 
@@ -180,7 +181,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--patch", type=Path, metavar="FILE",
                         help="the new version is the working tree's kernel with this git diff applied")
     parser.add_argument("--apart", action="store_true", help="also report forward and backward apart")
-    parser.add_argument("--mkl", action="store_true", help="build both versions against MKL (for a patch that calls it)")
+    parser.add_argument("--mkl", action="store_true",
+                        help="build both versions against MKL (for a patch that calls it)")
     args = parser.parse_args(argv)
     schemes = [parse_scheme(text) for text in args.schemes or DEFAULT_SCHEMES]
     old_source, new_source = source_at(args.against), (ROOT / KERNEL).read_text()

@@ -97,7 +97,8 @@ def test_kernel_ab_patches_apply_to_the_kernel_and_mkl_is_found_or_refused(tmp_p
         new = ab.patched(source, patch)
         assert new != source and "kron_backward" in new
     bad = tmp_path / "bad.patch"
-    bad.write_text(patches[0].read_text().replace(" #include <utility>", " #include <no_such_header>"))  # a context line
+    # A context line that is not in the kernel: the patch no longer applies.
+    bad.write_text(patches[0].read_text().replace(" #include <utility>", " #include <no_such_header>"))
     with pytest.raises(SystemExit, match="does not apply"):
         ab.patched(source, bad)
     monkeypatch.setenv("MKLROOT", str(tmp_path))

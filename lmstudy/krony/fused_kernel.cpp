@@ -53,7 +53,7 @@ inline __mmask16 tail_mask(int64_t valid) {
 // to the stack on every k (the whole layer was 2.4x slower). K_MAJOR: A's rows are adjacent (row stride 1, a
 // transposed view), so step k reads A's column k at constant offsets from one pointer and the compiler folds each
 // broadcast into its FMA as one fused instruction; with a pointer per row and an index, the CPU splits such an FMA
-// in two, which limits the 1-vector kernel (2-6% of the layer, benchmarks/README.md, 2026-11-27 third session).
+// in two, which limits the 1-vector kernel (up to 6% of the layer's time: benchmarks/README.md, 2026-11-27).
 #define LMSTUDY_ROWS(X) X(0) X(1) X(2) X(3) X(4) X(5) X(6) X(7) X(8) X(9) X(10) X(11)
 template <int ROWS, int VECS, bool K_MAJOR>
 inline void micro_kernel(int64_t cols, int64_t K, const float* a, int64_t a_row_stride, int64_t a_col_stride,
@@ -100,7 +100,7 @@ void column_block(int64_t rows, int64_t width, int64_t K, const Strided& a, cons
   int64_t i = 0;
   for (; i + ROWS <= rows; i += ROWS)
     micro_kernel<ROWS, VECS, K_MAJOR>(width, K, a.data + i * rs, rs, cs, b, ldb, c + i * ldc, ldc,
-                             start ? start + i * ldc : nullptr);
+                                      start ? start + i * ldc : nullptr);
   const float* ai = a.data + i * rs;
   float* ci = c + i * ldc;
   const float* si = start ? start + i * ldc : nullptr;
@@ -253,8 +253,8 @@ class NextTokenPrefetch {
   void start(int slices, std::initializer_list<std::pair<const float*, int64_t>> streams) {
     count_ = 0;
     for (const auto& [data, floats] : streams) {
-      const int64_t lines = (floats + 15) / 16;
-      if (floats > 0) streams_[count_++] = {reinterpret_cast<const char*>(data), lines, (lines + slices - 1) / slices, 0};
+      const int64_t lines = (floats + 15) / 16, step = (lines + slices - 1) / slices;  // no division per slice
+      if (floats > 0) streams_[count_++] = {reinterpret_cast<const char*>(data), lines, step, 0};
     }
     slices_ = slices;
     slice_ = 0;
