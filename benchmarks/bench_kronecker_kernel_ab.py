@@ -32,6 +32,7 @@ import ctypes
 import ctypes.util
 import hashlib
 import importlib.util
+import operator
 import os
 import statistics
 import subprocess
@@ -162,7 +163,7 @@ def compare(modules: dict, scheme: tuple[int, int, int, int, int], repeats: int)
     def median_ms(name: str, part=sum) -> float:
         return 1e3 * statistics.median(part(round_) for round_ in times[name])
 
-    forward, backward = (lambda round_: round_[0]), (lambda round_: round_[1])
+    forward, backward = operator.itemgetter(0), operator.itemgetter(1)
     return {
         "order": "A first" if a_first else "B first",
         "old_ms": median_ms("old"),
@@ -203,8 +204,8 @@ def main(argv: list[str] | None = None) -> int:
     for scheme in schemes:
         row = compare(modules, scheme, args.repeats)
         line = (f"{','.join(map(str, scheme)):<20} {row['order']:<8} {row['old_ms']:>8.2f} {row['new_ms']:>8.2f} "
-                f"{row['ratio']:>8.3f}  {'ok     ' if row['agree'] else 'DIFFER '}")
-        print(line + "".join(f" {ms:>8.2f}" for ms in row["apart"][:len(apart)]), flush=True)
+                f"{row['ratio']:>8.3f}  {'ok' if row['agree'] else 'DIFFER':<7}")
+        print((line + "".join(f" {ms:>8.2f}" for ms in row["apart"][:len(apart)])).rstrip(), flush=True)
     return 0
 
 

@@ -119,9 +119,7 @@ void column_block(int64_t rows, int64_t width, int64_t K, const Strided& a, cons
     default: break;
   }
 }
-#endif
 
-#ifdef __AVX512F__
 // 32-column blocks with 8 rows (16 accumulators), a last block of at most 16 columns with 12 rows.
 template <bool K_MAJOR>
 void column_blocks(int64_t rows, int64_t cols, int64_t K, const Strided& a, const float* b, int64_t ldb, float* c,
