@@ -4,7 +4,7 @@
 // intermediate (N x p*t or N x q*r floats) and the output make a round trip through memory between calls; the
 // products have sides of 8-48, where MKL runs far below its GEMM rate. Here each token's products run back to
 // back while its X, intermediate and Y are in L1/L2: per token a handful of tiny matmuls, all through one
-// register-blocked micro-kernel (`matmul`), each product oriented so that its output rows fill the 16-float lanes
+// register-blocked micro-kernel (`matmul`), each product oriented so that its output rows fill the vector lanes
 // (`Plan`). The first factor starts from the bias; the factor gradients and the bias gradient are accumulated in
 // small per-thread buffers.
 //
@@ -29,7 +29,8 @@
 #include <utility>
 #include <vector>
 
-#ifdef __AVX512F__
+#if defined(__AVX512F__) || (defined(__AVX2__) && defined(__FMA__))
+#define LMSTUDY_SIMD 1
 #include <immintrin.h>
 #endif
 
@@ -43,50 +44,144 @@ struct Strided {
   float at(int64_t i, int64_t k) const { return data[i * row_stride + k * col_stride]; }
 };
 
-#ifdef __AVX512F__
-inline __mmask16 tail_mask(int64_t valid) {
-  return valid >= 16 ? static_cast<__mmask16>(0xFFFF) : static_cast<__mmask16>((1u << valid) - 1u);
-}
+// The vector instructions the kernel is written in, for the widest set the compiler targets (-march=native):
+// AVX-512 (16 floats a register, 32 registers, masks free) or AVX2 + FMA (8 floats, 16 registers; AMD Zen 2/3,
+// Intel's laptop and desktop chips since Alder Lake). WIDE_ROWS: rows of the 2-vector micro-kernel, as many as the
+// registers hold (accumulators, two B vectors and a broadcast).
+#if defined(__AVX512F__)
+struct Simd {
+  using Vec = __m512;
+  using Mask = __mmask16;
+  static constexpr int LANES = 16, WIDE_ROWS = 8;
+  static Mask mask(int64_t valid) {  // the first `valid` lanes (all of them from 16 on, none below 1)
+    return valid >= 16 ? static_cast<Mask>(0xFFFF) : valid <= 0 ? 0 : static_cast<Mask>((1u << valid) - 1u);
+  }
+  static Vec load(Mask m, const float* p) { return _mm512_maskz_loadu_ps(m, p); }  // zeros where masked off
+  static void store(float* p, Mask m, Vec v) { _mm512_mask_storeu_ps(p, m, v); }
+  static Vec zero() { return _mm512_setzero_ps(); }
+  static Vec broadcast(float x) { return _mm512_set1_ps(x); }
+  static Vec fma(Vec a, Vec b, Vec c) { return _mm512_fmadd_ps(a, b, c); }  // a * b + c
+  static Vec add(Vec a, Vec b) { return _mm512_add_ps(a, b); }
+  // The 16 x 16 floats in r[0..15] (one row per register) transposed in place: 64 shuffles, no memory.
+  static void transpose(Vec r[16]) {
+    Vec t[16];
+    for (int i = 0; i < 16; i += 2) {  // interleave row pairs: 32-bit elements
+      t[i] = _mm512_unpacklo_ps(r[i], r[i + 1]);
+      t[i + 1] = _mm512_unpackhi_ps(r[i], r[i + 1]);
+    }
+    for (int i = 0; i < 16; i += 4) {  // then pairs of pairs: 64-bit elements
+      r[i] = _mm512_castpd_ps(_mm512_unpacklo_pd(_mm512_castps_pd(t[i]), _mm512_castps_pd(t[i + 2])));
+      r[i + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(_mm512_castps_pd(t[i]), _mm512_castps_pd(t[i + 2])));
+      r[i + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(_mm512_castps_pd(t[i + 1]), _mm512_castps_pd(t[i + 3])));
+      r[i + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(_mm512_castps_pd(t[i + 1]), _mm512_castps_pd(t[i + 3])));
+    }
+    for (int i = 0; i < 4; ++i) {  // then 128-bit lanes, within each half of the rows
+      t[i] = _mm512_shuffle_f32x4(r[i], r[i + 4], 0x88);
+      t[i + 4] = _mm512_shuffle_f32x4(r[i], r[i + 4], 0xdd);
+      t[i + 8] = _mm512_shuffle_f32x4(r[i + 8], r[i + 12], 0x88);
+      t[i + 12] = _mm512_shuffle_f32x4(r[i + 8], r[i + 12], 0xdd);
+    }
+    for (int i = 0; i < 8; ++i) {  // and across the halves
+      r[i] = _mm512_shuffle_f32x4(t[i], t[i + 8], 0x88);
+      r[i + 8] = _mm512_shuffle_f32x4(t[i], t[i + 8], 0xdd);
+    }
+  }
+};
+#elif defined(LMSTUDY_SIMD)
+struct Simd {
+  using Vec = __m256;
+  // AVX2 has no mask registers: a lane mask in a vector, and whether it is whole, so that full columns take plain
+  // loads and stores (a masked store costs many cycles on AMD's cores).
+  struct Mask {
+    __m256i lanes;
+    bool full;
+  };
+  static constexpr int LANES = 8, WIDE_ROWS = 6;
+  static Mask mask(int64_t valid) {  // the first `valid` lanes (all of them from 8 on, none below 1)
+    const int n = static_cast<int>(std::clamp<int64_t>(valid, 0, 8));
+    return {_mm256_cmpgt_epi32(_mm256_set1_epi32(n), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7)), n == 8};
+  }
+  static Vec load(const Mask& m, const float* p) {  // zeros where masked off
+    return m.full ? _mm256_loadu_ps(p) : _mm256_maskload_ps(p, m.lanes);
+  }
+  static void store(float* p, const Mask& m, Vec v) {
+    if (m.full) _mm256_storeu_ps(p, v);
+    else _mm256_maskstore_ps(p, m.lanes, v);
+  }
+  static Vec zero() { return _mm256_setzero_ps(); }
+  static Vec broadcast(float x) { return _mm256_set1_ps(x); }
+  static Vec fma(Vec a, Vec b, Vec c) { return _mm256_fmadd_ps(a, b, c); }  // a * b + c
+  static Vec add(Vec a, Vec b) { return _mm256_add_ps(a, b); }
+  // The 8 x 8 floats in r[0..7] (one row per register) transposed in place: 24 shuffles, no memory.
+  static void transpose(Vec r[8]) {
+    Vec t[8], s[8];
+    for (int i = 0; i < 8; i += 2) {  // interleave row pairs: (r0 r1) -> a0 b0 a1 b1 | a4 b4 a5 b5, ...
+      t[i] = _mm256_unpacklo_ps(r[i], r[i + 1]);
+      t[i + 1] = _mm256_unpackhi_ps(r[i], r[i + 1]);
+    }
+    for (int i = 0; i < 8; i += 4) {  // then pairs of pairs: a0 b0 c0 d0 | a4 b4 c4 d4, ...
+      s[i] = _mm256_shuffle_ps(t[i], t[i + 2], 0x44);
+      s[i + 1] = _mm256_shuffle_ps(t[i], t[i + 2], 0xEE);
+      s[i + 2] = _mm256_shuffle_ps(t[i + 1], t[i + 3], 0x44);
+      s[i + 3] = _mm256_shuffle_ps(t[i + 1], t[i + 3], 0xEE);
+    }
+    for (int i = 0; i < 4; ++i) {  // and the 128-bit halves of rows 0-3 with those of rows 4-7
+      r[i] = _mm256_permute2f128_ps(s[i], s[i + 4], 0x20);
+      r[i + 4] = _mm256_permute2f128_ps(s[i], s[i + 4], 0x31);
+    }
+  }
+};
+#endif
 
-// C[ROWS, cols] = START + A[ROWS, K] * B[K, cols] for up to 16 * VECS columns (START: C's layout, or nullptr for
+// Floats per vector register: how wide a product's output rows should be to keep the micro-kernel's lanes busy.
+#ifdef LMSTUDY_SIMD
+constexpr int LANES = Simd::LANES;
+#else
+constexpr int LANES = 8;  // the portable loop: whatever the compiler makes of it
+#endif
+
+#ifdef LMSTUDY_SIMD
+// C[ROWS, cols] = START + A[ROWS, K] * B[K, cols] for up to LANES * VECS columns (START: C's layout, or nullptr for
 // zeros): ROWS x VECS accumulators in registers. Named variables, not an array: GCC spilled an accumulator array
 // to the stack on every k (the whole layer was 2.4x slower). K_MAJOR: A's rows are adjacent (row stride 1, a
 // transposed view), so step k reads A's column k at constant offsets from one pointer and the compiler folds each
-// broadcast into its FMA as one fused instruction; with a pointer per row and an index, the CPU splits such an FMA
-// in two, which limits the 1-vector kernel (up to 6% of the layer's time: benchmarks/README.md, 2026-11-27).
+// broadcast into its FMA as one fused instruction (AVX-512); with a pointer per row and an index, the CPU splits
+// such an FMA in two, which limits the 1-vector kernel (up to 6% of the layer's time: benchmarks/README.md,
+// 2026-11-27).
 #define LMSTUDY_ROWS(X) X(0) X(1) X(2) X(3) X(4) X(5) X(6) X(7) X(8) X(9) X(10) X(11)
 template <int ROWS, int VECS, bool K_MAJOR>
 inline void micro_kernel(int64_t cols, int64_t K, const float* a, int64_t a_row_stride, int64_t a_col_stride,
                          const float* b, int64_t ldb, float* c, int64_t ldc, const float* start) {
   static_assert(ROWS >= 1 && ROWS <= 12 && (VECS == 1 || VECS == 2), "micro-kernel size");
-  const __mmask16 m0 = tail_mask(cols), m1 = VECS == 2 && cols > 16 ? tail_mask(cols - 16) : 0;
+  using Vec = Simd::Vec;
+  const Simd::Mask m0 = Simd::mask(cols), m1 = Simd::mask(VECS == 2 ? cols - Simd::LANES : 0);
 #define LMSTUDY_DECLARE(r)                                                              \
-  __m512 c##r##0 = _mm512_setzero_ps(), c##r##1 = _mm512_setzero_ps();                \
+  Vec c##r##0 = Simd::zero(), c##r##1 = Simd::zero();                                  \
   const float* a##r = a + (r) * a_row_stride;                                          \
   if (ROWS > (r) && start != nullptr) {                                                \
-    c##r##0 = _mm512_maskz_loadu_ps(m0, start + (r) * ldc);                            \
-    if constexpr (VECS == 2) c##r##1 = _mm512_maskz_loadu_ps(m1, start + (r) * ldc + 16); \
+    c##r##0 = Simd::load(m0, start + (r) * ldc);                                       \
+    if constexpr (VECS == 2) c##r##1 = Simd::load(m1, start + (r) * ldc + Simd::LANES); \
   }
   LMSTUDY_ROWS(LMSTUDY_DECLARE)
 #undef LMSTUDY_DECLARE
   for (int64_t k = 0; k < K; ++k) {
-    const __m512 b0 = _mm512_maskz_loadu_ps(m0, b + k * ldb);
-    const __m512 b1 = VECS == 2 ? _mm512_maskz_loadu_ps(m1, b + k * ldb + 16) : _mm512_setzero_ps();
+    const Vec b0 = Simd::load(m0, b + k * ldb);
+    const Vec b1 = VECS == 2 ? Simd::load(m1, b + k * ldb + Simd::LANES) : Simd::zero();
     const int64_t offset = k * a_col_stride;
     const float* a_k = a + offset;  // K_MAJOR: A's column k
 #define LMSTUDY_FMA(r)                                                  \
     if constexpr (ROWS > (r)) {                                         \
-      const __m512 a_rk = _mm512_set1_ps(K_MAJOR ? a_k[r] : a##r[offset]); \
-      c##r##0 = _mm512_fmadd_ps(a_rk, b0, c##r##0);                     \
-      if constexpr (VECS == 2) c##r##1 = _mm512_fmadd_ps(a_rk, b1, c##r##1); \
+      const Vec a_rk = Simd::broadcast(K_MAJOR ? a_k[r] : a##r[offset]); \
+      c##r##0 = Simd::fma(a_rk, b0, c##r##0);                           \
+      if constexpr (VECS == 2) c##r##1 = Simd::fma(a_rk, b1, c##r##1);  \
     }
     LMSTUDY_ROWS(LMSTUDY_FMA)
 #undef LMSTUDY_FMA
   }
-#define LMSTUDY_STORE(r)                                                        \
-  if constexpr (ROWS > (r)) {                                                   \
-    _mm512_mask_storeu_ps(c + (r) * ldc, m0, c##r##0);                          \
-    if constexpr (VECS == 2) _mm512_mask_storeu_ps(c + (r) * ldc + 16, m1, c##r##1); \
+#define LMSTUDY_STORE(r)                                                           \
+  if constexpr (ROWS > (r)) {                                                      \
+    Simd::store(c + (r) * ldc, m0, c##r##0);                                       \
+    if constexpr (VECS == 2) Simd::store(c + (r) * ldc + Simd::LANES, m1, c##r##1); \
   }
   LMSTUDY_ROWS(LMSTUDY_STORE)
 #undef LMSTUDY_STORE
@@ -105,29 +200,25 @@ void column_block(int64_t rows, int64_t width, int64_t K, const Strided& a, cons
   float* ci = c + i * ldc;
   const float* si = start ? start + i * ldc : nullptr;
   switch (rows - i) {  // fewer than ROWS rows left
-    case 11: micro_kernel<11, VECS, K_MAJOR>(width, K, ai, rs, cs, b, ldb, ci, ldc, si); break;
-    case 10: micro_kernel<10, VECS, K_MAJOR>(width, K, ai, rs, cs, b, ldb, ci, ldc, si); break;
-    case 9: micro_kernel<9, VECS, K_MAJOR>(width, K, ai, rs, cs, b, ldb, ci, ldc, si); break;
-    case 8: micro_kernel<8, VECS, K_MAJOR>(width, K, ai, rs, cs, b, ldb, ci, ldc, si); break;
-    case 7: micro_kernel<7, VECS, K_MAJOR>(width, K, ai, rs, cs, b, ldb, ci, ldc, si); break;
-    case 6: micro_kernel<6, VECS, K_MAJOR>(width, K, ai, rs, cs, b, ldb, ci, ldc, si); break;
-    case 5: micro_kernel<5, VECS, K_MAJOR>(width, K, ai, rs, cs, b, ldb, ci, ldc, si); break;
-    case 4: micro_kernel<4, VECS, K_MAJOR>(width, K, ai, rs, cs, b, ldb, ci, ldc, si); break;
-    case 3: micro_kernel<3, VECS, K_MAJOR>(width, K, ai, rs, cs, b, ldb, ci, ldc, si); break;
-    case 2: micro_kernel<2, VECS, K_MAJOR>(width, K, ai, rs, cs, b, ldb, ci, ldc, si); break;
-    case 1: micro_kernel<1, VECS, K_MAJOR>(width, K, ai, rs, cs, b, ldb, ci, ldc, si); break;
+#define LMSTUDY_REST(n) \
+    case n: if constexpr (n < ROWS) micro_kernel<n, VECS, K_MAJOR>(width, K, ai, rs, cs, b, ldb, ci, ldc, si); break;
+    LMSTUDY_REST(11) LMSTUDY_REST(10) LMSTUDY_REST(9) LMSTUDY_REST(8) LMSTUDY_REST(7) LMSTUDY_REST(6)
+    LMSTUDY_REST(5) LMSTUDY_REST(4) LMSTUDY_REST(3) LMSTUDY_REST(2) LMSTUDY_REST(1)
+#undef LMSTUDY_REST
     default: break;
   }
 }
 
-// 32-column blocks with 8 rows (16 accumulators), a last block of at most 16 columns with 12 rows.
+// Blocks of two vectors' columns with WIDE_ROWS rows (AVX-512: 32 columns x 8 rows, AVX2: 16 x 6), a last block of
+// at most one vector's columns with 12 rows.
 template <bool K_MAJOR>
 void column_blocks(int64_t rows, int64_t cols, int64_t K, const Strided& a, const float* b, int64_t ldb, float* c,
                    int64_t ldc, const float* start) {
+  constexpr int64_t WIDE = 2 * Simd::LANES;
   int64_t j0 = 0;
-  for (; j0 + 16 < cols; j0 += 32)
-    column_block<8, 2, K_MAJOR>(rows, std::min<int64_t>(32, cols - j0), K, a, b + j0, ldb, c + j0, ldc,
-                                start ? start + j0 : nullptr);
+  for (; j0 + Simd::LANES < cols; j0 += WIDE)
+    column_block<Simd::WIDE_ROWS, 2, K_MAJOR>(rows, std::min<int64_t>(WIDE, cols - j0), K, a, b + j0, ldb, c + j0,
+                                              ldc, start ? start + j0 : nullptr);
   if (j0 < cols)
     column_block<12, 1, K_MAJOR>(rows, cols - j0, K, a, b + j0, ldb, c + j0, ldc, start ? start + j0 : nullptr);
 }
@@ -138,7 +229,7 @@ void column_blocks(int64_t rows, int64_t cols, int64_t K, const Strided& a, cons
 // a fresh product needs no zeroing pass and Y no bias-copy pass.
 void matmul(int64_t rows, int64_t cols, int64_t K, const Strided& a, const float* b, int64_t ldb, float* c,
             int64_t ldc, const float* start) {
-#ifdef __AVX512F__
+#ifdef LMSTUDY_SIMD
   if (a.row_stride == 1) column_blocks<true>(rows, cols, K, a, b, ldb, c, ldc, start);
   else column_blocks<false>(rows, cols, K, a, b, ldb, c, ldc, start);
 #else
@@ -168,51 +259,24 @@ void matmul_new(int64_t rows, int64_t cols, int64_t K, const Strided& a, const f
 Strided plain(const float* data, int64_t cols) { return {data, cols, 1}; }       // row-major (rows, cols)
 Strided transposed(const float* data, int64_t cols) { return {data, 1, cols}; }  // (cols, rows) seen transposed
 
-#ifdef __AVX512F__
-// The 16 x 16 floats in r[0..15] (one row per register) transposed in place: 64 shuffles, no memory.
-inline void transpose_16x16(__m512 r[16]) {
-  __m512 t[16];
-  for (int i = 0; i < 16; i += 2) {  // interleave row pairs: 32-bit elements
-    t[i] = _mm512_unpacklo_ps(r[i], r[i + 1]);
-    t[i + 1] = _mm512_unpackhi_ps(r[i], r[i + 1]);
-  }
-  for (int i = 0; i < 16; i += 4) {  // then pairs of pairs: 64-bit elements
-    r[i] = _mm512_castpd_ps(_mm512_unpacklo_pd(_mm512_castps_pd(t[i]), _mm512_castps_pd(t[i + 2])));
-    r[i + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(_mm512_castps_pd(t[i]), _mm512_castps_pd(t[i + 2])));
-    r[i + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(_mm512_castps_pd(t[i + 1]), _mm512_castps_pd(t[i + 3])));
-    r[i + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(_mm512_castps_pd(t[i + 1]), _mm512_castps_pd(t[i + 3])));
-  }
-  for (int i = 0; i < 4; ++i) {  // then 128-bit lanes, within each half of the rows
-    t[i] = _mm512_shuffle_f32x4(r[i], r[i + 4], 0x88);
-    t[i + 4] = _mm512_shuffle_f32x4(r[i], r[i + 4], 0xdd);
-    t[i + 8] = _mm512_shuffle_f32x4(r[i + 8], r[i + 12], 0x88);
-    t[i + 12] = _mm512_shuffle_f32x4(r[i + 8], r[i + 12], 0xdd);
-  }
-  for (int i = 0; i < 8; ++i) {  // and across the halves
-    r[i] = _mm512_shuffle_f32x4(t[i], t[i + 8], 0x88);
-    r[i + 8] = _mm512_shuffle_f32x4(t[i], t[i + 8], 0xdd);
-  }
-}
-#endif
-
-// dst (cols, rows) = srcᵀ, or += srcᵀ with `add`. With AVX-512, 16 x 16 blocks transposed in registers (faster than
-// a scalar loop; gathering src's columns was slower than the scalar loop).
+// dst (cols, rows) = srcᵀ, or += srcᵀ with `add`. With SIMD, LANES x LANES blocks transposed in registers (faster
+// than a scalar loop; gathering src's columns was slower than the scalar loop).
 void put_transposed(const float* src, int64_t rows, int64_t cols, float* dst, bool add) {
-#ifdef __AVX512F__
-  __m512 block[16];
-  for (int64_t i0 = 0; i0 < rows; i0 += 16) {
-    const int64_t block_rows = std::min<int64_t>(16, rows - i0);
-    const __mmask16 row_mask = tail_mask(block_rows);
-    for (int64_t j0 = 0; j0 < cols; j0 += 16) {
-      const int64_t block_cols = std::min<int64_t>(16, cols - j0);
-      const __mmask16 col_mask = tail_mask(block_cols);
-      for (int64_t i = 0; i < 16; ++i)
-        block[i] = i < block_rows ? _mm512_maskz_loadu_ps(col_mask, src + (i0 + i) * cols + j0) : _mm512_setzero_ps();
-      transpose_16x16(block);
+#ifdef LMSTUDY_SIMD
+  constexpr int64_t L = Simd::LANES;
+  Simd::Vec block[L];
+  for (int64_t i0 = 0; i0 < rows; i0 += L) {
+    const int64_t block_rows = std::min<int64_t>(L, rows - i0);
+    const Simd::Mask row_mask = Simd::mask(block_rows);
+    for (int64_t j0 = 0; j0 < cols; j0 += L) {
+      const int64_t block_cols = std::min<int64_t>(L, cols - j0);
+      const Simd::Mask col_mask = Simd::mask(block_cols);
+      for (int64_t i = 0; i < L; ++i)
+        block[i] = i < block_rows ? Simd::load(col_mask, src + (i0 + i) * cols + j0) : Simd::zero();
+      Simd::transpose(block);
       for (int64_t j = 0; j < block_cols; ++j) {
         float* out = dst + (j0 + j) * rows + i0;
-        const __m512 v = add ? _mm512_add_ps(block[j], _mm512_maskz_loadu_ps(row_mask, out)) : block[j];
-        _mm512_mask_storeu_ps(out, row_mask, v);
+        Simd::store(out, row_mask, add ? Simd::add(block[j], Simd::load(row_mask, out)) : block[j]);
       }
     }
   }
@@ -231,11 +295,11 @@ void put_block(const float* src, int64_t rows, int64_t cols, int64_t ld_src, flo
   for (int64_t i = 0; i < rows; ++i) {
     const float* from = src + i * ld_src;
     float* to = dst + i * cols;
-#ifdef __AVX512F__
-    for (int64_t j = 0; j < cols; j += 16) {
-      const __mmask16 m = tail_mask(cols - j);
-      const __m512 v = _mm512_maskz_loadu_ps(m, from + j);
-      _mm512_mask_storeu_ps(to + j, m, add ? _mm512_add_ps(v, _mm512_maskz_loadu_ps(m, to + j)) : v);
+#ifdef LMSTUDY_SIMD
+    for (int64_t j = 0; j < cols; j += Simd::LANES) {
+      const Simd::Mask m = Simd::mask(cols - j);
+      const Simd::Vec v = Simd::load(m, from + j);
+      Simd::store(to + j, m, add ? Simd::add(v, Simd::load(m, to + j)) : v);
     }
 #else
     for (int64_t j = 0; j < cols; ++j) to[j] = (add ? to[j] : 0.0f) + from[j];
@@ -285,9 +349,9 @@ void check_inputs(const torch::Tensor& x, const torch::Tensor& a, const torch::T
   TORCH_CHECK(x.size(1) == a.size(2) * b.size(2), "x's width must be q * t");
 }
 
-// Share of the micro-kernel's 16-float lanes that a product `cols` wide keeps busy: a product whose output side is
-// narrow (8, 12, 24) is cheaper computed transposed when the other side fills the lanes better.
-double lane_use(int64_t cols) { return static_cast<double>(cols) / (16.0 * ((cols + 15) / 16)); }
+// Share of the micro-kernel's lanes that a product `cols` wide keeps busy: a product whose output side is narrow
+// (with 16 lanes: 8, 12, 24) is cheaper computed transposed when the other side fills the lanes better.
+double lane_use(int64_t cols) { return static_cast<double>(cols) / (LANES * ((cols + LANES - 1) / LANES)); }
 
 // How the per-token products are oriented for one call (fixed by the shapes, like the layer's order).
 struct Plan {
