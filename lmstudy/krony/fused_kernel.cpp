@@ -57,6 +57,7 @@ struct Simd {
     return valid >= 16 ? static_cast<Mask>(0xFFFF) : valid <= 0 ? 0 : static_cast<Mask>((1u << valid) - 1u);
   }
   static Vec load(Mask m, const float* p) { return _mm512_maskz_loadu_ps(m, p); }  // zeros where masked off
+  static Vec load_whole(const float* p) { return _mm512_loadu_ps(p); }
   static void store(float* p, Mask m, Vec v) { _mm512_mask_storeu_ps(p, m, v); }
   static Vec zero() { return _mm512_setzero_ps(); }
   static Vec broadcast(float x) { return _mm512_set1_ps(x); }
@@ -106,6 +107,7 @@ struct Simd {
   static Vec load(const Mask& m, const float* p) {  // zeros where masked off
     return m.full ? _mm256_loadu_ps(p) : _mm256_maskload_ps(p, m.lanes);
   }
+  static Vec load_whole(const float* p) { return _mm256_loadu_ps(p); }
   static void store(float* p, const Mask& m, Vec v) {
     if (m.full) _mm256_storeu_ps(p, v);
     else _mm256_maskstore_ps(p, m.lanes, v);
@@ -159,11 +161,10 @@ constexpr int LANES = 8;  // the portable loop: whatever the compiler makes of i
 #define LMSTUDY_ROWS(X) X(0) X(1) X(2) X(3) X(4) X(5) X(6) X(7) X(8) X(9) X(10) X(11)
 template <int ROWS, int VECS, bool K_MAJOR>
 inline void micro_kernel(int64_t cols, int64_t K, const float* a, int64_t a_row_stride, int64_t a_col_stride,
-                         const float* b, int64_t ldb, int64_t b_cols, float* c, int64_t ldc, const float* start) {
+                         const float* b, int64_t ldb, float* c, int64_t ldc, const float* start) {
   static_assert(ROWS >= 1 && ROWS <= 12 && (VECS == 1 || VECS == 2), "micro-kernel size");
   using Vec = Simd::Vec;
   const Simd::Mask m0 = Simd::mask(cols), m1 = Simd::mask(VECS == 2 ? cols - Simd::LANES : 0);
-  const Simd::Mask b0_mask = Simd::mask(b_cols), b1_mask = Simd::mask(VECS == 2 ? b_cols - Simd::LANES : 0);
 #define LMSTUDY_DECLARE(r)                                                              \
   Vec c##r##0 = Simd::zero(), c##r##1 = Simd::zero();                                  \
   const float* a##r = a + (r) * a_row_stride;                                          \
@@ -174,8 +175,11 @@ inline void micro_kernel(int64_t cols, int64_t K, const float* a, int64_t a_row_
   LMSTUDY_ROWS(LMSTUDY_DECLARE)
 #undef LMSTUDY_DECLARE
   for (int64_t k = 0; k < K; ++k) {
-    Vec b0 = Simd::load(b0_mask, b + k * ldb);
-    Vec b1 = VECS == 2 ? Simd::load(b1_mask, b + k * ldb + Simd::LANES) : Simd::zero();
+    // PAD_TAILS: B's rows hold whole vectors (column_block)
+    Vec b0 = Simd::PAD_TAILS ? Simd::load_whole(b + k * ldb) : Simd::load(m0, b + k * ldb);
+    Vec b1 = VECS == 1          ? Simd::zero()
+             : Simd::PAD_TAILS ? Simd::load_whole(b + k * ldb + Simd::LANES)
+                               : Simd::load(m1, b + k * ldb + Simd::LANES);
     Simd::keep_in_register(b0);
     if constexpr (VECS == 2) Simd::keep_in_register(b1);
     const int64_t offset = k * a_col_stride;
@@ -202,11 +206,10 @@ inline void micro_kernel(int64_t cols, int64_t K, const float* a, int64_t a_row_
 template <int ROWS, int VECS, bool K_MAJOR>
 void column_block(int64_t rows, int64_t width, int64_t K, const Strided& a, const float* b, int64_t ldb, float* c,
                   int64_t ldc, const float* start) {
-  int64_t b_cols = width;  // B's columns the micro-kernels load
   if constexpr (Simd::PAD_TAILS) {
     if (width % Simd::LANES != 0) {  // B's rows copied once, zero-padded to whole vectors (surplus lanes never stored)
       thread_local std::vector<float> padded;
-      b_cols = (width + Simd::LANES - 1) / Simd::LANES * Simd::LANES;
+      const int64_t b_cols = (width + Simd::LANES - 1) / Simd::LANES * Simd::LANES;
       padded.assign(K * b_cols, 0.0f);
       for (int64_t k = 0; k < K; ++k) std::copy_n(b + k * ldb, width, padded.data() + k * b_cols);
       b = padded.data();
@@ -216,7 +219,7 @@ void column_block(int64_t rows, int64_t width, int64_t K, const Strided& a, cons
   const int64_t rs = a.row_stride, cs = a.col_stride;
   int64_t i = 0;
   for (; i + ROWS <= rows; i += ROWS)
-    micro_kernel<ROWS, VECS, K_MAJOR>(width, K, a.data + i * rs, rs, cs, b, ldb, b_cols, c + i * ldc, ldc,
+    micro_kernel<ROWS, VECS, K_MAJOR>(width, K, a.data + i * rs, rs, cs, b, ldb, c + i * ldc, ldc,
                                       start ? start + i * ldc : nullptr);
   const float* ai = a.data + i * rs;
   float* ci = c + i * ldc;
@@ -224,7 +227,7 @@ void column_block(int64_t rows, int64_t width, int64_t K, const Strided& a, cons
   switch (rows - i) {  // fewer than ROWS rows left
 #define LMSTUDY_REST(n)                                                                                    \
     case n:                                                                                                \
-      if constexpr (n < ROWS) micro_kernel<n, VECS, K_MAJOR>(width, K, ai, rs, cs, b, ldb, b_cols, ci, ldc, si); \
+      if constexpr (n < ROWS) micro_kernel<n, VECS, K_MAJOR>(width, K, ai, rs, cs, b, ldb, ci, ldc, si); \
       break;
     LMSTUDY_REST(11) LMSTUDY_REST(10) LMSTUDY_REST(9) LMSTUDY_REST(8) LMSTUDY_REST(7) LMSTUDY_REST(6)
     LMSTUDY_REST(5) LMSTUDY_REST(4) LMSTUDY_REST(3) LMSTUDY_REST(2) LMSTUDY_REST(1)
