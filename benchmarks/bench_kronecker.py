@@ -18,7 +18,10 @@ gradients. Times are the median of ``--repeats`` runs after ``--warmup`` runs; t
 load from other processes hits all alike, and a speed-up is the median of the per-round ratios dense / other.
 ``--clock cpu`` measures the process's CPU time instead of elapsed time: on a machine shared with other jobs
 the elapsed time of a one-thread run includes waiting for a core, its CPU time does not (memory bandwidth and
-caches are still shared). ``--previous`` also times the layer's forward as it was before issue 20 (the reference that
+caches are still shared). ``--keep-freed-memory`` asks glibc to keep freed memory (``mallopt``): by default it gives
+large blocks back to the system when they are freed, so every round page-faults its outputs in again (about 2 ms
+of the shared base's 67M-class layer, a third of its time, and as much for the dense layer), a cost of the
+allocator, not of the layer; the A/B tool always sets it. ``--previous`` also times the layer's forward as it was before issue 20 (the reference that
 ``tests/test_kronecker.py`` pins the layer to), for a before / after table from one run.
 
 The FLOP ratio is dense multiply-adds over factored multiply-adds per token for the forward pass (the
@@ -47,6 +50,8 @@ from __future__ import annotations
 
 import argparse
 import copy
+import ctypes
+import ctypes.util
 import importlib.util
 import os
 import statistics
@@ -133,6 +138,18 @@ def memory_floor(x: torch.Tensor, grad: torch.Tensor, clock=time.perf_counter) -
     torch.empty_like(x).fill_(1.0)  # and writes dx
     _synchronize(x.device)
     return clock() - start
+
+
+def keep_freed_memory() -> bool:
+    """glibc: no mmap per large block, no heap trimming, so that a freed output is reused instead of page-faulted in
+    again (what a caching allocator such as jemalloc or tcmalloc gives). Process-wide; False where it is not glibc."""
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        largest = 2**31 - 1  # mallopt takes a C int (1 << 40 would arrive as 0: trim always)
+        # M_MMAP_THRESHOLD (-3): blocks up to 1 GiB from the heap; M_TRIM_THRESHOLD (-1): never give its top back
+        return bool(libc.mallopt(-3, 1 << 30)) and bool(libc.mallopt(-1, largest))
+    except (OSError, AttributeError):
+        return False  # not glibc: the allocator's own behaviour
 
 
 def parse_a_shape(text: str) -> tuple[int, int]:
@@ -246,6 +263,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--clock", choices=list(CLOCKS), default="wall",
                         help="wall: elapsed time (default); cpu: this process's CPU time, which other jobs on a "
                              "shared machine do not inflate (meaningful with one thread on the CPU)")
+    parser.add_argument("--keep-freed-memory", action="store_true",
+                        help="ask glibc to keep freed memory (mallopt), so that no layer pays page faults for its "
+                             "outputs in every round (the default allocator gives large blocks back to the system)")
     args = parser.parse_args(argv)
     schemes_wanted = {parse_a_shape(text) for text in args.scheme or []}
     if args.compile and args.warmup < 1:
@@ -259,10 +279,14 @@ def main(argv: list[str] | None = None) -> int:
     if device.type == "cpu":
         torch.set_num_threads(min(args.threads, len(os.sched_getaffinity(0))))
     previous = previous_forward() if args.previous else None
+    kept = args.keep_freed_memory and keep_freed_memory()
+    if args.keep_freed_memory and not kept:
+        print("--keep-freed-memory: not glibc, the allocator keeps its own behaviour")
     print(
         f"torch {torch.__version__}, device {device}, threads {torch.get_num_threads()}, "
         f"{args.tokens} tokens, median of {args.repeats} after {args.warmup} warm-up, forward + backward, "
         f"{args.clock} clock, load average {os.getloadavg()[0]:.2f}"
+        + (", freed memory kept (mallopt)" if kept else "")
         + (f", compiled: torch.compile(mode={args.compile!r})" if args.compile else "")
     )
     with torch.no_grad():

@@ -11,7 +11,7 @@ working tree is faster), and whether the two agree on the output and every gradi
 Times are the kernel alone (``forward`` then ``backward`` of the extension, as ``FusedKronecker`` calls them),
 2,048 tokens, one thread, CPU time; glibc is asked to keep freed memory (``mallopt``) so that neither version pays
 page faults for its outputs. Schemes are written ``P,Q,R,T[,F]``: ``A`` is ``(P, Q)``, ``B`` is ``(R, T)``, ``F``
-factors; the order (A first or B first) is the layer's, the FLOP-cheaper one.
+factors; the order (A first or B first) is the one the layer runs the kernel in for training.
 
     python benchmarks/bench_kronecker_kernel_ab.py --against HEAD           # uncommitted changes vs the last commit
     python benchmarks/bench_kronecker_kernel_ab.py --against dd45a79 64,32,48,24 12,24,16,32
@@ -28,8 +28,6 @@ working tree's kernel with FILE applied as the new version, ``--apart`` reports 
 from __future__ import annotations
 
 import argparse
-import ctypes
-import ctypes.util
 import hashlib
 import importlib.util
 import operator
@@ -51,15 +49,23 @@ KERNEL = "lmstudy/krony/fused_kernel.cpp"
 TOKENS = 2048
 
 
+def load_bench_kronecker():
+    """``bench_kronecker.py`` as a module (its schemes and its allocator setting)."""
+    spec = importlib.util.spec_from_file_location("bench_kronecker", Path(__file__).with_name("bench_kronecker.py"))
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    return bench
+
+
+BENCH = load_bench_kronecker()
+
+
 def default_schemes() -> list[str]:
     """bench_kronecker.py's schemes that run the fused kernel (factors at least ``FUSED_MIN_SIDE`` wide), as
     ``P,Q,R,T[,F]``: Table 1 at GPT-2 small's dims, the Krony study's 67M class at the shared base's (c_fc, c_proj;
     1 and 4 factors; the scalars variant is the same work for the kernel, so it appears once)."""
-    spec = importlib.util.spec_from_file_location("bench_kronecker", Path(__file__).with_name("bench_kronecker.py"))
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
     schemes = []
-    for shape, size_schemes in bench.sizes().values():
+    for shape, size_schemes in BENCH.sizes().values():
         for a_shape, factors, _scalars in size_schemes:
             b_shape = partner_shape(shape, a_shape)
             text = ",".join(map(str, (*a_shape, *b_shape))) + (f",{factors}" if factors > 1 else "")
@@ -127,21 +133,10 @@ def parse_scheme(text: str) -> tuple[int, int, int, int, int]:
     return (*sides[:4], sides[4] if len(sides) == 5 else 1)
 
 
-def keep_freed_memory() -> None:
-    """glibc: no mmap per large block, no heap trimming (a freed output is reused, not page-faulted in again)."""
-    try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
-        largest = 2**31 - 1  # mallopt takes a C int (1 << 40 would arrive as 0: trim always)
-        libc.mallopt(-3, 1 << 30)  # M_MMAP_THRESHOLD: blocks up to 1 GiB from the heap
-        libc.mallopt(-1, largest)  # M_TRIM_THRESHOLD: never give the heap's top back
-    except (OSError, AttributeError):
-        pass  # not glibc: the allocator's own behaviour
-
-
 def compare(modules: dict, scheme: tuple[int, int, int, int, int], repeats: int) -> dict:
     """Alternate the versions on one scheme; medians, the median paired ratio and whether the results agree."""
     p, q, r, t, factors = scheme
-    a_first = KroneckerLinear(q * t, p * r, (p, q)).a_first  # the order the layer picks for these shapes
+    a_first = KroneckerLinear(q * t, p * r, (p, q)).fused_a_first  # the order training runs the kernel in
     generator = torch.Generator().manual_seed(0)
     x = torch.randn(TOKENS, q * t, generator=generator)
     a, b = torch.randn(factors, p, q, generator=generator), torch.randn(factors, r, t, generator=generator)
@@ -189,7 +184,7 @@ def main(argv: list[str] | None = None) -> int:
     old_source, new_source = source_at(args.against), (ROOT / KERNEL).read_text()
     if args.patch:
         new_source = patched(new_source, args.patch)
-    keep_freed_memory()
+    BENCH.keep_freed_memory()
     torch.set_num_threads(1)
     folder = Path(tempfile.gettempdir()) / "lmstudy_kernel_ab"  # the sources stay put, so a rerun reuses the builds
     folder.mkdir(exist_ok=True)

@@ -177,6 +177,7 @@ def test_factored_forward_equals_the_dense_weight(n_factors, scalars, a_first, p
         with torch.no_grad():
             layer.scalars.normal_(generator=generator)
     layer.a_first, layer.per_token, layer.fused = a_first, per_token, use_fused  # all four plans and the kernel
+    layer.fused_a_first = a_first
     x = torch.randn(3, 7, 20, generator=generator)
     dense = layer.to_dense_weight()  # (in, out)
     assert dense.shape == (20, 24)
@@ -242,7 +243,7 @@ def test_forward_and_gradients_equal_the_previous_implementation(shape, a_shape,
     layer = KroneckerLinear(in_features, out_features, a_shape, n_factors, scalars)
     if plan != "chosen":
         layer.a_first, layer.per_token = plan.startswith("A"), plan.endswith("per token")
-        layer.fused = plan.endswith("fused")
+        layer.fused, layer.fused_a_first = plan.endswith("fused"), layer.a_first
     with torch.no_grad():
         layer.bias.normal_(generator=generator)
         if scalars:

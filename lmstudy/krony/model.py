@@ -300,6 +300,10 @@ class KroneckerLinear(nn.Module):
         # a narrower side (B = (4, 1) of the 96M / 81M classes) leaves its 16-float lanes mostly idle, where the
         # GEMM plan runs one full-width GEMM (measured for every Table 1 scheme: benchmarks/README.md).
         self.fused = min(p, q, r, t) >= FUSED_MIN_SIDE
+        # The kernel's order when gradients are wanted: B first keeps nothing for backward and recomputes W = X Bᵀ
+        # there, so over forward + backward A first can be the cheaper one although its forward costs more (the
+        # shared base's c_fc, (24, 12): 11-16% faster; benchmarks/README.md). Without gradients: self.a_first.
+        self.fused_a_first = 3 * p * t * (q + r) <= 3 * q * r * (t + p) + q * r * t
 
     @classmethod
     def from_conv1d(
@@ -343,7 +347,9 @@ class KroneckerLinear(nn.Module):
         """``x (..., in) -> (..., out)``: two contractions in the order and plan fixed at construction."""
         a, b = self.scaled_a_factors(), self.b_factors  # (f, p, q), (f, r, t)
         if self.fused and fused.applies(x, a):
-            y = fused.FusedKronecker.apply(x.reshape(-1, self.in_features), a, b, self.bias, self.a_first)
+            training = torch.is_grad_enabled() and any(t.requires_grad for t in (x, a, b, self.bias))
+            a_first = self.fused_a_first if training else self.a_first
+            y = fused.FusedKronecker.apply(x.reshape(-1, self.in_features), a, b, self.bias, a_first)
             return y.view(*x.shape[:-1], self.out_features)  # (N, p*r) -> (..., out)
         x_matrix = x.reshape(-1, self.a_shape[1], self.b_shape[1])  # (..., in) -> (N, q, t), x[j*t + l] = X[j, l]
         if self.a_first:
