@@ -416,7 +416,8 @@ std::vector<torch::Tensor> kron_forward(torch::Tensor x, torch::Tensor a, torch:
   auto y = torch::empty({n, p * r}, x.options());
   auto mids = torch::empty({keep ? n : 0, f, mid_size}, x.options());
   float* mids_data = mids.data_ptr<float>();
-  auto a_t = a.transpose(1, 2).contiguous();  // (f, q, p): Aᵀ with contiguous rows (for Uᵀ = Xᵀ Aᵀ)
+  // (f, q, p): Aᵀ with contiguous rows, for Uᵀ = Xᵀ Aᵀ only (each torch call costs microseconds)
+  auto a_t = a_first && plan.mid_t ? a.transpose(1, 2).contiguous() : a;
   auto b_t = b.transpose(1, 2).contiguous();  // (f, t, r): Bᵀ with contiguous rows, the micro-kernel's B side
   const float *xs = x.data_ptr<float>(), *as = a.data_ptr<float>(), *ats = a_t.data_ptr<float>();
   const float *bts = b_t.data_ptr<float>(), *bias_data = bias.data_ptr<float>();
@@ -456,7 +457,8 @@ std::vector<torch::Tensor> kron_backward(torch::Tensor dy, torch::Tensor x, torc
   const Plan plan = make_plan(a_first, p, q, r, t);
   const int64_t mid_size = a_first ? p * t : q * r;
   auto dx = torch::empty_like(x);  // the first factor writes it, the others add
-  auto a_t = a.transpose(1, 2).contiguous(), b_t = b.transpose(1, 2).contiguous();  // to recompute intermediates
+  // Aᵀ and Bᵀ with contiguous rows, only to recompute the intermediates (each torch call costs microseconds)
+  const torch::Tensor a_t = kept ? a : a.transpose(1, 2).contiguous(), b_t = kept ? b : b.transpose(1, 2).contiguous();
   const float *xs = x.data_ptr<float>(), *as = a.data_ptr<float>(), *bs = b.data_ptr<float>();
   const float *ats = a_t.data_ptr<float>(), *bts = b_t.data_ptr<float>(), *dys = dy.data_ptr<float>();
   float* dxs = dx.data_ptr<float>();
@@ -464,9 +466,9 @@ std::vector<torch::Tensor> kron_backward(torch::Tensor dy, torch::Tensor x, torc
   const int64_t chunks = std::max<int64_t>(1, std::min<int64_t>(at::get_num_threads(), n));
   const int64_t chunk_size = (n + chunks - 1) / chunks;
   // per chunk: dA (f, p, q), dB (f, r, t) (A first accumulates dBᵀ (f, t, r)), dbias (p*r)
-  std::vector<std::vector<float>> grad_a(chunks, std::vector<float>(f * p * q, 0.0f));
-  std::vector<std::vector<float>> grad_b(chunks, std::vector<float>(f * r * t, 0.0f));
-  std::vector<std::vector<float>> grad_bias(chunks, std::vector<float>(p * r, 0.0f));
+  auto grad_a = torch::zeros({chunks, f, p, q}, a.options());
+  auto grad_b = torch::zeros({chunks, f, a_first ? t : r, a_first ? r : t}, a.options());
+  auto grad_bias = torch::zeros({chunks, p * r}, a.options());
   // A first: dA += dU Xᵀ runs once per tile of tokens, over the tile's dU side by side (p, tile * t) and Xᵀ stacked
   // (tile * t, q); a tile is about TILE_STEPS steps long (64 was faster than 32 and than 128).
   constexpr int64_t TILE_STEPS = 64;
@@ -482,7 +484,8 @@ std::vector<torch::Tensor> kron_backward(torch::Tensor dy, torch::Tensor x, torc
     std::vector<float> mid_t(a_first ? tile_k * q : q * r);  // A first: Xᵀ of the tile (tile_k, q); B first: Wᵀ (r, q)
     NextTokenPrefetch next;
     for (int64_t chunk = chunk_begin; chunk < chunk_end; ++chunk) {
-      float *ga = grad_a[chunk].data(), *gb = grad_b[chunk].data(), *gbias = grad_bias[chunk].data();
+      float *ga = grad_a[chunk].data_ptr<float>(), *gb = grad_b[chunk].data_ptr<float>();
+      float* gbias = grad_bias[chunk].data_ptr<float>();
       const int64_t begin = chunk * chunk_size, end = std::min(n, (chunk + 1) * chunk_size);
       for (int64_t token = begin; token < end; ++token) {
         const float* xn = xs + token * q * t;
@@ -551,13 +554,9 @@ std::vector<torch::Tensor> kron_backward(torch::Tensor dy, torch::Tensor x, torc
       }
     }
   });
-  auto da = torch::zeros_like(a), db = torch::zeros({f, a_first ? t : r, a_first ? r : t}, a.options());
-  auto dbias = torch::zeros({p * r}, a.options());
-  for (int64_t chunk = 0; chunk < chunks; ++chunk) {
-    da.add_(torch::from_blob(grad_a[chunk].data(), da.sizes(), a.options()));
-    db.add_(torch::from_blob(grad_b[chunk].data(), db.sizes(), a.options()));
-    dbias.add_(torch::from_blob(grad_bias[chunk].data(), dbias.sizes(), a.options()));
-  }
+  // One chunk (one thread): its accumulators are the gradients, no sum and no copy.
+  auto da = chunks == 1 ? grad_a[0] : grad_a.sum(0), db = chunks == 1 ? grad_b[0] : grad_b.sum(0);
+  auto dbias = chunks == 1 ? grad_bias[0] : grad_bias.sum(0);
   if (a_first) db = db.transpose(1, 2).contiguous();  // dBᵀ (f, t, r) -> dB (f, r, t)
   return {dx, da, db, dbias};
 }
