@@ -477,6 +477,10 @@ std::vector<torch::Tensor> kron_backward(torch::Tensor dy, torch::Tensor x, torc
   // rows fill the micro-kernel's 32-float blocks. Not when dX is per token already (q, t) with t a multiple of 32:
   // there the tile only adds a copy (the shared base's c_proj: 7% slower).
   const bool dx_per_tile = a_first && (plan.dx_t || t % 32 != 0);
+  // A first with one factor and U kept (p, t) per token: dBᵀ += Uᵀ dY once per tile too, K = tile * p: the tile's U
+  // rows and dY rows are adjacent in memory (U (N, p, t), dY (N, p, r)), so the accumulators make one round trip per
+  // tile instead of one per token.
+  const bool db_per_tile = a_first && f == 1 && kept && !plan.mid_t;
   at::parallel_for(0, chunks, 1, [&](int64_t chunk_begin, int64_t chunk_end) {
     std::vector<float> dmid(a_first ? f * p * tile_k : mid_size);  // A first: the tile's dU (f, p, tile_k); dWᵀ or dW
     std::vector<float> dx_t(q * t), scratch(mid_size);                  // scratch: a recomputed U / Uᵀ / W
@@ -510,12 +514,14 @@ std::vector<torch::Tensor> kron_backward(torch::Tensor dy, torch::Tensor x, torc
             matmul_new(p, t, r, plain(dyn, r), bk, t, du, tile_k);                     // dU = dY B (p, t)
             if (!dx_per_tile) matmul(q, t, p, transposed(ak, q), du, tile_k, dxn, t, dx_start);  // dX += Aᵀ dU
             next.slice();
-            matmul_acc(t, r, p, u_t, dyn, r, gbk, r);                                 // dBᵀ += Uᵀ dY (t, r)
+            if (!db_per_tile) matmul_acc(t, r, p, u_t, dyn, r, gbk, r);               // dBᵀ += Uᵀ dY (t, r)
             next.slice();
             if (slot == tile - 1 || last) {  // the tile's dA and dX, its tokens' dU side by side
               const int64_t count = slot + 1, steps = count * t, first = token - slot;
               const float* du_tile = dmid.data() + k * p * tile_k;                    // (p, tile_k)
               matmul_acc(p, q, steps, plain(du_tile, tile_k), mid_t.data(), q, gak, q);  // dA += [dU..] [Xᵀ; ..]
+              if (db_per_tile)  // dBᵀ += [U; U; ..]ᵀ [dY; dY; ..] (t, r), K = count * p
+                matmul_acc(t, r, count * p, transposed(mids_data + first * p * t, t), dys + first * p * r, r, gbk, r);
               next.slice();
               if (plan.dx_t) {  // [dXᵀ; dXᵀ; ..] = [dU dU ..]ᵀ A (steps, q): A read once per tile
                 matmul_new(steps, q, p, {du_tile, 1, tile_k}, ak, q, dx_tile.data(), q);
