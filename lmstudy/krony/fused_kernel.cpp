@@ -474,9 +474,10 @@ std::vector<torch::Tensor> kron_backward(torch::Tensor dy, torch::Tensor x, torc
   constexpr int64_t TILE_STEPS = 64;
   const int64_t tile = a_first ? (TILE_STEPS + t - 1) / t : 1, tile_k = tile * t;
   // A first, dX too is computed per tile (its rows or columns tile * t, not t): A is read once per tile, and dX's
-  // rows fill the micro-kernel's 32-float blocks. Not when dX is per token already (q, t) with t a multiple of 32:
-  // there the tile only adds a copy (the shared base's c_proj: 7% slower).
-  const bool dx_per_tile = a_first && (plan.dx_t || t % 32 != 0);
+  // rows fill the micro-kernel's two-vector blocks. Not when dX is per token already (q, t) with t a multiple of two
+  // vectors: there the tile only adds a copy (AVX-512: the shared base's c_proj, t = 32, 7% slower; AVX2: GPT-2
+  // small's schemes with t = 16, 2-3% slower).
+  const bool dx_per_tile = a_first && (plan.dx_t || t % (2 * LANES) != 0);
   // A first with one factor and U kept (p, t) per token: dBᵀ += Uᵀ dY once per tile too, K = tile * p: the tile's U
   // rows and dY rows are adjacent in memory (U (N, p, t), dY (N, p, r)), so the accumulators make one round trip per
   // tile instead of one per token.
