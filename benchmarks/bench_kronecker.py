@@ -18,11 +18,13 @@ gradients. Times are the median of ``--repeats`` runs after ``--warmup`` runs; t
 load from other processes hits all alike, and a speed-up is the median of the per-round ratios dense / other.
 ``--clock cpu`` measures the process's CPU time instead of elapsed time: on a machine shared with other jobs
 the elapsed time of a one-thread run includes waiting for a core, its CPU time does not (memory bandwidth and
-caches are still shared). ``--keep-freed-memory`` asks glibc to keep freed memory (``mallopt``): by default it gives
-large blocks back to the system when they are freed, so every round page-faults its outputs in again (about 2 ms
-of the shared base's 67M-class layer, a third of its time, and as much for the dense layer), a cost of the
-allocator, not of the layer; the A/B tool always sets it. ``--previous`` also times the layer's forward as it was before issue 20 (the reference that
-``tests/test_kronecker.py`` pins the layer to), for a before / after table from one run.
+caches are still shared). ``--keep-freed-memory`` asks glibc to keep freed memory (``mallopt``), as the A/B tool
+always does: by default glibc may give large freed blocks back to the system, and a round that allocates them
+again page-faults its outputs in, a cost of the allocator, not of the layer (in a loop of the kernel alone up to
+2 ms of the shared base's 67M-class layer; in this benchmark's interleaved rounds the two settings gave the same
+speed-ups within noise, benchmarks/README.md). ``--previous`` also times the layer's forward as it was before
+issue 20 (the reference that ``tests/test_kronecker.py`` pins the layer to), for a before / after table from one
+run.
 
 The FLOP ratio is dense multiply-adds over factored multiply-adds per token for the forward pass (the
 backward pass of a chain of matmuls costs twice its forward for both layers, so the ratio is the same).

@@ -15,6 +15,7 @@ factors; the order (A first or B first) is the one the layer runs the kernel in 
 
     python benchmarks/bench_kronecker_kernel_ab.py --against HEAD           # uncommitted changes vs the last commit
     python benchmarks/bench_kronecker_kernel_ab.py --against dd45a79 64,32,48,24 12,24,16,32
+    python benchmarks/bench_kronecker_kernel_ab.py --orders 24,12,32,16     # one kernel: B first (old) vs A first (new)
 
 Experiments kept as patches (``benchmarks/kernel_patches/``, each says what it changes): ``--patch FILE`` times the
 working tree's kernel with FILE applied as the new version, ``--apart`` reports forward and backward apart, and
@@ -133,10 +134,12 @@ def parse_scheme(text: str) -> tuple[int, int, int, int, int]:
     return (*sides[:4], sides[4] if len(sides) == 5 else 1)
 
 
-def compare(modules: dict, scheme: tuple[int, int, int, int, int], repeats: int) -> dict:
-    """Alternate the versions on one scheme; medians, the median paired ratio and whether the results agree."""
+def compare(modules: dict, scheme: tuple[int, int, int, int, int], repeats: int, orders: dict | None = None) -> dict:
+    """Alternate the versions on one scheme; medians, the median paired ratio and whether the results agree.
+    ``orders``: each version's order (name -> A first?); by default the one training runs the kernel in."""
     p, q, r, t, factors = scheme
     a_first = KroneckerLinear(q * t, p * r, (p, q)).fused_a_first  # the order training runs the kernel in
+    orders = orders or {name: a_first for name in modules}
     generator = torch.Generator().manual_seed(0)
     x = torch.randn(TOKENS, q * t, generator=generator)
     a, b = torch.randn(factors, p, q, generator=generator), torch.randn(factors, r, t, generator=generator)
@@ -146,9 +149,9 @@ def compare(modules: dict, scheme: tuple[int, int, int, int, int], repeats: int)
     for round_ in range(repeats + 2):
         for name, module in modules.items():
             start = time.process_time()
-            y, kept = module.forward(x, a, b, bias, a_first, True)
+            y, kept = module.forward(x, a, b, bias, orders[name], True)
             middle = time.process_time()
-            grads = module.backward(dy, x, a, b, kept, a_first)
+            grads = module.backward(dy, x, a, b, kept, orders[name])
             if round_ >= 2:
                 times[name].append((middle - start, time.process_time() - middle))
             results[name] = [y, *grads]
@@ -160,7 +163,7 @@ def compare(modules: dict, scheme: tuple[int, int, int, int, int], repeats: int)
 
     forward, backward = operator.itemgetter(0), operator.itemgetter(1)
     return {
-        "order": "A first" if a_first else "B first",
+        "order": ("A first" if orders["old"] else "B first") if orders["old"] == orders["new"] else "B vs A",
         "old_ms": median_ms("old"),
         "new_ms": median_ms("new"),
         "ratio": statistics.median(sum(new) / sum(old) for new, old in zip(times["new"], times["old"])),
@@ -172,7 +175,9 @@ def compare(modules: dict, scheme: tuple[int, int, int, int, int], repeats: int)
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("schemes", nargs="*", help="P,Q,R,T[,F] (default: bench_kronecker.py's fused schemes)")
-    parser.add_argument("--against", required=True, metavar="REV", help="git revision of the old kernel (e.g. HEAD)")
+    parser.add_argument("--against", metavar="REV", help="git revision of the old kernel (e.g. HEAD)")
+    parser.add_argument("--orders", action="store_true",
+                        help="instead of two versions: the working tree's kernel B first (old) and A first (new)")
     parser.add_argument("--repeats", type=int, default=15, help="timed rounds per scheme (default 15)")
     parser.add_argument("--patch", type=Path, metavar="FILE",
                         help="the new version is the working tree's kernel with this git diff applied")
@@ -180,24 +185,32 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--mkl", action="store_true",
                         help="build both versions against MKL (for a patch that calls it)")
     args = parser.parse_args(argv)
+    if (args.against is None) == (not args.orders):
+        parser.error("give either --against REV (two versions) or --orders (one kernel, both orders)")
     schemes = [parse_scheme(text) for text in args.schemes or DEFAULT_SCHEMES]
-    old_source, new_source = source_at(args.against), (ROOT / KERNEL).read_text()
+    new_source = (ROOT / KERNEL).read_text()
     if args.patch:
         new_source = patched(new_source, args.patch)
     BENCH.keep_freed_memory()
     torch.set_num_threads(1)
     folder = Path(tempfile.gettempdir()) / "lmstudy_kernel_ab"  # the sources stay put, so a rerun reuses the builds
     folder.mkdir(exist_ok=True)
-    print(f"building the kernel at {args.against} and the working tree's (about 40 s each, once)", flush=True)
-    modules = {"old": build(old_source, folder, args.mkl), "new": build(new_source, folder, args.mkl)}
+    if args.orders:  # one kernel, B first as "old" and A first as "new"
+        print("building the working tree's kernel (about 40 s, once)", flush=True)
+        modules = dict.fromkeys(("old", "new"), build(new_source, folder, args.mkl))
+        orders = {"old": False, "new": True}
+    else:
+        print(f"building the kernel at {args.against} and the working tree's (about 40 s each, once)", flush=True)
+        modules = {"old": build(source_at(args.against), folder, args.mkl), "new": build(new_source, folder, args.mkl)}
+        orders = None
     print(f"torch {torch.__version__}, 1 thread, {TOKENS} tokens, forward + backward, CPU time, median of "
-          f"{args.repeats} rounds after 2 warm-up, versions alternating")
+          f"{args.repeats} rounds after 2 warm-up, " + ("orders" if args.orders else "versions") + " alternating")
     apart = ["old fwd", "old bwd", "new fwd", "new bwd"] if args.apart else []
     header = f"{'scheme (P,Q,R,T,F)':<20} {'order':<8} {'old ms':>8} {'new ms':>8} {'new/old':>8}  results"
     header += "".join(f" {name:>8}" for name in apart)
     print(header + "\n" + "-" * len(header))
     for scheme in schemes:
-        row = compare(modules, scheme, args.repeats)
+        row = compare(modules, scheme, args.repeats, orders)
         line = (f"{','.join(map(str, scheme)):<20} {row['order']:<8} {row['old_ms']:>8.2f} {row['new_ms']:>8.2f} "
                 f"{row['ratio']:>8.3f}  {'ok' if row['agree'] else 'DIFFER':<7}")
         print((line + "".join(f" {ms:>8.2f}" for ms in row["apart"][:len(apart)])).rstrip(), flush=True)

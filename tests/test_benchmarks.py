@@ -86,6 +86,19 @@ def test_kernel_ab_reads_the_old_kernel_from_git_and_refuses_bad_input():
         with pytest.raises(SystemExit, match="a scheme is P,Q,R,T"):
             ab.parse_scheme(bad)
     assert all(ab.parse_scheme(text) for text in ab.DEFAULT_SCHEMES)
+    for args in ([], ["--against", "HEAD", "--orders"]):  # two versions or one kernel in both orders, not both
+        with pytest.raises(SystemExit):
+            ab.main(args)
+
+
+def test_kernel_ab_orders_times_one_kernel_in_both_orders_that_agree():
+    from lmstudy.krony import fused
+
+    ab = load_bench("bench_kronecker_kernel_ab")
+    kernel = fused.kernel()
+    assert kernel is not None
+    row = ab.compare({"old": kernel, "new": kernel}, (8, 8, 8, 8, 2), repeats=1, orders={"old": False, "new": True})
+    assert row["order"] == "B vs A" and row["agree"] and row["old_ms"] > 0 and row["new_ms"] > 0
 
 
 def test_kernel_ab_patches_apply_to_the_kernel_and_mkl_is_found_or_refused(tmp_path, monkeypatch):

@@ -16,9 +16,12 @@
 //   A first:  dU = dY B (p, t);  dX += Aᵀ dU;  dA += dU Xᵀ;  dBᵀ += Uᵀ dY
 //   B first:  dW = Aᵀ dY (q, r); dX += dW B;   dA += dY Wᵀ;  dB += dWᵀ X
 // A first, forward keeps U for backward (recomputing it cost more than its round trip through memory); B first,
-// backward recomputes W = X Bᵀ (cheaper than writing it and reading it back; benchmarks/README.md, 2026-11-27).
+// backward recomputes W = X Bᵀ (cheaper than writing it and reading it back; benchmarks/README.md, 2026-11-27); the
+// layer picks the order for training with that recompute counted (KroneckerLinear.fused_a_first).
 // Backward, A first, runs dA += dU Xᵀ once per tile of tokens (K = tile * t instead of t): with t = 8-24 the p x q
-// accumulators would otherwise make a round trip through L1/L2 every token; dX too, mostly (see dx_per_tile).
+// accumulators would otherwise make a round trip through L1/L2 every token; dX too, mostly (see dx_per_tile), and
+// dBᵀ for one factor (db_per_tile).
+// The vector code is written once against `Simd` (AVX-512 or AVX2 + FMA, whichever -march=native gives).
 // Both directions prefetch the next token's inputs a slice at a time between this token's products, so that memory
 // is read under the arithmetic.
 #include <torch/extension.h>

@@ -71,11 +71,12 @@ The fused kernel (``lmstudy.krony.fused``, ``fused_kernel.cpp``)
 -----------------------------------------------------------------
 On the CPU in float32, for factors at least ``FUSED_MIN_SIDE`` (6) wide on every side, the layer runs neither
 plan but a C++ kernel (built on first use): each token's products run back to back while its ``X``, intermediate
-and ``Y`` are in cache, all through one register-blocked AVX-512 micro-kernel; each product is oriented so that its
-output rows fill the 16-float lanes; the first factor starts from the bias and the factor and bias gradients
-accumulate in per-thread buffers. A first, forward keeps each token's intermediate ``U = A X`` for backward; B
-first, backward recomputes ``W = X Bᵀ``. Backward runs ``dA`` and mostly ``dX`` once per tile of tokens (A first),
-transposes in 16 x 16 register blocks and prefetches the next token's inputs between the products. Narrower factors
+and ``Y`` are in cache, all through one register-blocked micro-kernel (AVX-512, or AVX2 + FMA); each product is
+oriented so that its output rows fill the vector lanes; the first factor starts from the bias and the factor and
+bias gradients accumulate in per-thread buffers. A first, forward keeps each token's intermediate ``U = A X`` for
+backward; B first, backward recomputes ``W = X Bᵀ``, so for training the kernel runs the order cheaper over forward +
+backward (``fused_a_first``). Backward runs ``dA`` and mostly ``dX`` (and ``dB`` for one factor) once per tile of
+tokens (A first), transposes in register blocks and prefetches the next token's inputs between the products. Narrower factors
 (``B = (4, 1)``) keep the GEMM plan, where it is several times faster. Measured for every scheme, with the BLAS
 plans beside it: ``benchmarks/README.md`` ("Kronecker layer"); the same numbers as the reference forward, in both
 orders: ``tests/test_kronecker.py``.
@@ -297,7 +298,7 @@ class KroneckerLinear(nn.Module):
         self.per_token = (t if self.a_first else r) >= PER_TOKEN_MIN_WIDTH
         # On the CPU in float32 the fused kernel (lmstudy.krony.fused) runs both contractions token by token
         # instead of the BLAS plans, when it could be built, for factors at least FUSED_MIN_SIDE wide on every side:
-        # a narrower side (B = (4, 1) of the 96M / 81M classes) leaves its 16-float lanes mostly idle, where the
+        # a narrower side (B = (4, 1) of the 96M / 81M classes) leaves its vector lanes mostly idle, where the
         # GEMM plan runs one full-width GEMM (measured for every Table 1 scheme: benchmarks/README.md).
         self.fused = min(p, q, r, t) >= FUSED_MIN_SIDE
         # The kernel's order when gradients are wanted: B first keeps nothing for backward and recomputes W = X Bᵀ
