@@ -67,6 +67,11 @@ struct Simd {
   static Vec fma(Vec a, Vec b, Vec c) { return _mm512_fmadd_ps(a, b, c); }  // a * b + c
   static Vec add(Vec a, Vec b) { return _mm512_add_ps(a, b); }
   static constexpr bool PAD_TAILS = false;  // masked loads cost nothing here
+  static constexpr bool QUARTER_MOVES = false;  // masked stores cost nothing either
+  static void put_first4(float* p, Vec v, bool add) {  // p[0..3] = (p[0..3] if add) + v's first 4 lanes
+    const __m128 low = _mm512_castps512_ps128(v);
+    _mm_storeu_ps(p, add ? _mm_add_ps(low, _mm_loadu_ps(p)) : low);
+  }
   static void keep_in_register(Vec&) {}
   // The 16 x 16 floats in r[0..15] (one row per register) transposed in place: 64 shuffles, no memory.
   static void transpose(Vec r[16]) {
@@ -122,6 +127,14 @@ struct Simd {
   // A product's last vector of columns, when partial, is read from a zero-padded copy of B with plain loads
   // (column_block): in the micro-kernel's loop a masked load made 64 x 64 x 64 in L1 1.6x slower on AMD Zen 3.
   static constexpr bool PAD_TAILS = true;
+  // A 4-float tail (t or q = 12) stored by put_transposed with a 128-bit move instead of vmaskmovps: the shared
+  // base's c_fc's backward 7-8% faster on Zen 3 (benchmarks/README.md). In the micro-kernel the same branch made every
+  // product slower (GCC's code for the whole kernel changed), so only there.
+  static constexpr bool QUARTER_MOVES = true;
+  static void put_first4(float* p, Vec v, bool add) {  // p[0..3] = (p[0..3] if add) + v's first 4 lanes
+    const __m128 low = _mm256_castps256_ps128(v);
+    _mm_storeu_ps(p, add ? _mm_add_ps(low, _mm_loadu_ps(p)) : low);
+  }
   // Keeps a B vector in a register: GCC otherwise reloads it as a memory operand of every FMA, and with one load
   // per FMA the loads, not the FMAs, set the pace (64 x 64 x 64 in L1 on Zen 3: 38 -> 67 GFLOP/s).
   static void keep_in_register(Vec& v) { asm("" : "+x"(v)); }
@@ -306,7 +319,8 @@ void put_transposed(const float* src, int64_t rows, int64_t cols, float* dst, bo
       Simd::transpose(block);
       for (int64_t j = 0; j < block_cols; ++j) {
         float* out = dst + (j0 + j) * rows + i0;
-        Simd::store(out, row_mask, add ? Simd::add(block[j], Simd::load(row_mask, out)) : block[j]);
+        if (Simd::QUARTER_MOVES && block_rows == 4) Simd::put_first4(out, block[j], add);
+        else Simd::store(out, row_mask, add ? Simd::add(block[j], Simd::load(row_mask, out)) : block[j]);
       }
     }
   }
