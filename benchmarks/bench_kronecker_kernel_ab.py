@@ -138,8 +138,8 @@ def compare(modules: dict, scheme: tuple[int, int, int, int, int], repeats: int,
     """Alternate the versions on one scheme; medians, the median paired ratio and whether the results agree.
     ``orders``: each version's order (name -> A first?); by default the one training runs the kernel in."""
     p, q, r, t, factors = scheme
-    a_first = KroneckerLinear(q * t, p * r, (p, q)).fused_a_first  # the order training runs the kernel in
-    orders = orders or {name: a_first for name in modules}
+    # by default both versions in the order training runs the kernel in
+    orders = orders or dict.fromkeys(modules, KroneckerLinear(q * t, p * r, (p, q)).fused_a_first)
     generator = torch.Generator().manual_seed(0)
     x = torch.randn(TOKENS, q * t, generator=generator)
     a, b = torch.randn(factors, p, q, generator=generator), torch.randn(factors, r, t, generator=generator)

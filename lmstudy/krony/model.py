@@ -76,10 +76,10 @@ oriented so that its output rows fill the vector lanes; the first factor starts 
 bias gradients accumulate in per-thread buffers. A first, forward keeps each token's intermediate ``U = A X`` for
 backward; B first, backward recomputes ``W = X Bᵀ``, so for training the kernel runs the order cheaper over forward +
 backward (``fused_a_first``). Backward runs ``dA`` and mostly ``dX`` (and ``dB`` for one factor) once per tile of
-tokens (A first), transposes in register blocks and prefetches the next token's inputs between the products. Narrower factors
-(``B = (4, 1)``) keep the GEMM plan, where it is several times faster. Measured for every scheme, with the BLAS
-plans beside it: ``benchmarks/README.md`` ("Kronecker layer"); the same numbers as the reference forward, in both
-orders: ``tests/test_kronecker.py``.
+tokens (A first), transposes in register blocks and prefetches the next token's inputs between the products.
+Narrower factors (``B = (4, 1)``) keep the GEMM plan, where it is several times faster. Measured for every scheme,
+with the BLAS plans beside it: ``benchmarks/README.md`` ("Kronecker layer"); the same numbers as the reference
+forward, in both orders: ``tests/test_kronecker.py``.
 
 Initialisations
 ---------------
