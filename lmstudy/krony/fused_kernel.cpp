@@ -351,17 +351,17 @@ void put_block(const float* src, int64_t rows, int64_t cols, int64_t ld_src, flo
   }
 }
 
-// Prefetches the next token's input rows (up to three streams) in `slices` parts, one `slice()` between two of this
-// token's products: memory is read while the micro-kernel computes, instead of stalling the token that reads it.
+// Prefetches the next token's input rows and output rows (up to three streams each) in `slices` parts, one `slice()`
+// between two of this token's products: memory is read while the micro-kernel computes, instead of stalling the
+// token that reads it, and an output's lines are fetched for writing before its stores arrive.
 // (All of it at the token's start, or two tokens ahead, was no faster: it stalls the same way.)
 class NextTokenPrefetch {
  public:
-  void start(int slices, std::initializer_list<std::pair<const float*, int64_t>> streams) {
+  using Streams = std::initializer_list<std::pair<const float*, int64_t>>;
+  void start(int slices, Streams reads, Streams writes = {}) {
     count_ = 0;
-    for (const auto& [data, floats] : streams) {
-      const int64_t lines = (floats + 15) / 16, step = (lines + slices - 1) / slices;  // no division per slice
-      if (floats > 0) streams_[count_++] = {reinterpret_cast<const char*>(data), lines, step, 0};
-    }
+    add(slices, reads, false);
+    add(slices, writes, true);
     slices_ = slices;
     slice_ = 0;
   }
@@ -370,8 +370,10 @@ class NextTokenPrefetch {
     ++slice_;
     for (int s = 0; s < count_; ++s) {
       Stream& stream = streams_[s];
-      for (const int64_t until = std::min(stream.lines, stream.done + stream.step); stream.done < until; ++stream.done)
-        __builtin_prefetch(stream.data + stream.done * 64, 0, 3);
+      for (const int64_t until = std::min(stream.lines, stream.done + stream.step); stream.done < until; ++stream.done) {
+        if (stream.write) __builtin_prefetch(stream.data + stream.done * 64, 1, 3);
+        else __builtin_prefetch(stream.data + stream.done * 64, 0, 3);
+      }
     }
   }
 
@@ -379,8 +381,15 @@ class NextTokenPrefetch {
   struct Stream {
     const char* data;
     int64_t lines, step, done;  // step: lines per slice
+    bool write;
   };
-  Stream streams_[3];
+  void add(int slices, Streams streams, bool write) {
+    for (const auto& [data, floats] : streams) {
+      const int64_t lines = (floats + 15) / 16, step = (lines + slices - 1) / slices;  // no division per slice
+      if (floats > 0) streams_[count_++] = {reinterpret_cast<const char*>(data), lines, step, 0, write};
+    }
+  }
+  Stream streams_[6];
   int count_ = 0, slices_ = 1, slice_ = 0;
 };
 
@@ -445,7 +454,9 @@ std::vector<torch::Tensor> kron_forward(torch::Tensor x, torch::Tensor a, torch:
     for (int64_t token = begin; token < end; ++token) {
       const float* xn = xs + token * q * t;
       float* yn = ys + token * p * r;
-      next.start(2 * f, {{xn + q * t, token + 1 < end ? q * t : 0}});
+      const bool more = token + 1 < end;
+      next.start(2 * f, {{xn + q * t, more ? q * t : 0}},
+                 {{yn + p * r, more ? p * r : 0}, {mids_data + (token + 1) * f * mid_size, keep && more ? f * mid_size : 0}});
       for (int64_t k = 0; k < f; ++k) {
         const float *ak = as + k * p * q, *btk = bts + k * t * r;
         const float* y_start = k == 0 ? bias_data : yn;  // the first factor starts from the bias
@@ -515,7 +526,8 @@ std::vector<torch::Tensor> kron_backward(torch::Tensor dy, torch::Tensor x, torc
         float* dxn = dxs + token * q * t;
         const bool last = token + 1 == end;
         next.start(4 * f, {{dyn + p * r, last ? 0 : p * r}, {xn + q * t, last ? 0 : q * t},
-                           {mids_data + (token + 1) * f * mid_size, kept && !last ? f * mid_size : 0}});
+                           {mids_data + (token + 1) * f * mid_size, kept && !last ? f * mid_size : 0}},
+                   {{dxn + q * t, last ? 0 : q * t}});
         const int64_t slot = (token - begin) % tile;  // A first: the token's place in its tile
         for (int64_t i = 0; i < p * r; ++i) gbias[i] += dyn[i];
         if (a_first) transpose_into(xn, q, t, mid_t.data() + slot * t * q);  // Xᵀ (t, q), the tile's rows slot*t..
