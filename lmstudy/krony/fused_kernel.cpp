@@ -221,9 +221,11 @@ inline void micro_kernel(int64_t cols, int64_t K, const float* a, int64_t a_row_
 // All rows of one block of columns, ROWS at a time, then the remainder.
 template <int ROWS, int VECS, bool K_MAJOR>
 void column_block(int64_t rows, int64_t width, int64_t K, const Strided& a, const float* b, int64_t ldb, float* c,
-                  int64_t ldc, const float* start) {
+                  int64_t ldc, const float* start, bool b_slack) {
   if constexpr (Simd::PAD_TAILS) {
-    if (width % Simd::LANES != 0) {  // B's rows copied once, zero-padded to whole vectors (surplus lanes never stored)
+    // B's rows copied once, zero-padded to whole vectors (surplus lanes never stored); not when B has slack: then a
+    // row's last vector reads into the next row or the slack, lanes that are never stored either.
+    if (width % Simd::LANES != 0 && !b_slack) {
       thread_local std::vector<float> padded;
       const int64_t b_cols = (width + Simd::LANES - 1) / Simd::LANES * Simd::LANES;
       padded.assign(K * b_cols, 0.0f);
@@ -256,25 +258,27 @@ void column_block(int64_t rows, int64_t width, int64_t K, const Strided& a, cons
 // at most one vector's columns with 12 rows.
 template <bool K_MAJOR>
 void column_blocks(int64_t rows, int64_t cols, int64_t K, const Strided& a, const float* b, int64_t ldb, float* c,
-                   int64_t ldc, const float* start) {
+                   int64_t ldc, const float* start, bool b_slack) {
   constexpr int64_t WIDE = 2 * Simd::LANES;
   int64_t j0 = 0;
   for (; j0 + Simd::LANES < cols; j0 += WIDE)
     column_block<Simd::WIDE_ROWS, 2, K_MAJOR>(rows, std::min<int64_t>(WIDE, cols - j0), K, a, b + j0, ldb, c + j0,
-                                              ldc, start ? start + j0 : nullptr);
+                                              ldc, start ? start + j0 : nullptr, b_slack);
   if (j0 < cols)
-    column_block<12, 1, K_MAJOR>(rows, cols - j0, K, a, b + j0, ldb, c + j0, ldc, start ? start + j0 : nullptr);
+    column_block<12, 1, K_MAJOR>(rows, cols - j0, K, a, b + j0, ldb, c + j0, ldc, start ? start + j0 : nullptr,
+                                 b_slack);
 }
 #endif
 
 // C (rows x cols, row-major, leading dimension ldc) = START + A (rows x K, any strides) * B (K x cols, row-major, ldb),
 // where START is a matrix with C's layout (C itself to accumulate, the bias to start from it) or nullptr for zeros:
-// a fresh product needs no zeroing pass and Y no bias-copy pass.
+// a fresh product needs no zeroing pass and Y no bias-copy pass. `b_slack`: B is one of the kernel's own buffers, with
+// at least a vector of floats after its last row (Slack), so that its rows can be read in whole vectors.
 void matmul(int64_t rows, int64_t cols, int64_t K, const Strided& a, const float* b, int64_t ldb, float* c,
-            int64_t ldc, const float* start) {
+            int64_t ldc, const float* start, bool b_slack = false) {
 #ifdef LMSTUDY_SIMD
-  if (a.row_stride == 1) column_blocks<true>(rows, cols, K, a, b, ldb, c, ldc, start);
-  else column_blocks<false>(rows, cols, K, a, b, ldb, c, ldc, start);
+  if (a.row_stride == 1) column_blocks<true>(rows, cols, K, a, b, ldb, c, ldc, start, b_slack);
+  else column_blocks<false>(rows, cols, K, a, b, ldb, c, ldc, start, b_slack);
 #else
   // Portable path (correct everywhere; the compiler vectorises the inner loop as it can).
   for (int64_t i = 0; i < rows; ++i) {
@@ -290,14 +294,18 @@ void matmul(int64_t rows, int64_t cols, int64_t K, const Strided& a, const float
 }
 
 void matmul_acc(int64_t rows, int64_t cols, int64_t K, const Strided& a, const float* b, int64_t ldb, float* c,
-                int64_t ldc) {  // C += A B
-  matmul(rows, cols, K, a, b, ldb, c, ldc, c);
+                int64_t ldc, bool b_slack = false) {  // C += A B
+  matmul(rows, cols, K, a, b, ldb, c, ldc, c, b_slack);
 }
 
 void matmul_new(int64_t rows, int64_t cols, int64_t K, const Strided& a, const float* b, int64_t ldb, float* c,
-                int64_t ldc) {  // C = A B
-  matmul(rows, cols, K, a, b, ldb, c, ldc, nullptr);
+                int64_t ldc, bool b_slack = false) {  // C = A B
+  matmul(rows, cols, K, a, b, ldb, c, ldc, nullptr, b_slack);
 }
+
+// A buffer of the kernel's own, with a vector of floats after its `size` (zeros): a matmul may read the rows of
+// such a B in whole vectors (b_slack) instead of copying them into a zero-padded buffer.
+std::vector<float> with_slack(int64_t size) { return std::vector<float>(size + LANES); }
 
 Strided plain(const float* data, int64_t cols) { return {data, cols, 1}; }       // row-major (rows, cols)
 Strided transposed(const float* data, int64_t cols) { return {data, 1, cols}; }  // (cols, rows) seen transposed
@@ -351,6 +359,21 @@ void put_block(const float* src, int64_t rows, int64_t cols, int64_t ld_src, flo
   }
 }
 
+// sum (width) += the `count` rows of `rows` (count, width, contiguous): each vector of sums loaded and stored once.
+void add_rows(float* sum, const float* rows, int64_t count, int64_t width) {
+#ifdef LMSTUDY_SIMD
+  for (int64_t j = 0; j < width; j += Simd::LANES) {
+    const Simd::Mask m = Simd::mask(width - j);
+    Simd::Vec v = Simd::load(m, sum + j);
+    for (int64_t i = 0; i < count; ++i) v = Simd::add(v, Simd::load(m, rows + i * width + j));
+    Simd::store(sum + j, m, v);
+  }
+#else
+  for (int64_t i = 0; i < count; ++i)
+    for (int64_t j = 0; j < width; ++j) sum[j] += rows[i * width + j];
+#endif
+}
+
 // Prefetches the next token's input rows and output rows (up to three streams each) in `slices` parts, one `slice()`
 // between two of this token's products: memory is read while the micro-kernel computes, instead of stalling the
 // token that reads it, and an output's lines are fetched for writing before its stores arrive.
@@ -370,10 +393,12 @@ class NextTokenPrefetch {
     ++slice_;
     for (int s = 0; s < count_; ++s) {
       Stream& stream = streams_[s];
-      for (const int64_t until = std::min(stream.lines, stream.done + stream.step); stream.done < until; ++stream.done) {
-        if (stream.write) __builtin_prefetch(stream.data + stream.done * 64, 1, 3);
-        else __builtin_prefetch(stream.data + stream.done * 64, 0, 3);
+      const int64_t until = std::min(stream.lines, stream.done + stream.step);
+      for (int64_t line = stream.done; line < until; ++line) {  // a local counter: GCC stored a member every line
+        if (stream.write) __builtin_prefetch(stream.data + line * 64, 1, 3);
+        else __builtin_prefetch(stream.data + line * 64, 0, 3);
       }
+      stream.done = until;
     }
   }
 
@@ -449,7 +474,7 @@ std::vector<torch::Tensor> kron_forward(torch::Tensor x, torch::Tensor a, torch:
   const float *bts = b_t.data_ptr<float>(), *bias_data = bias.data_ptr<float>();
   float* ys = y.data_ptr<float>();
   at::parallel_for(0, n, 1, [&](int64_t begin, int64_t end) {
-    std::vector<float> scratch(keep ? 0 : mid_size);  // U (p, t) or Uᵀ (t, p); W (q, r)
+    std::vector<float> scratch = with_slack(keep ? 0 : mid_size);  // U (p, t) or Uᵀ (t, p); W (q, r)
     NextTokenPrefetch next;
     for (int64_t token = begin; token < end; ++token) {
       const float* xn = xs + token * q * t;
@@ -465,7 +490,7 @@ std::vector<torch::Tensor> kron_forward(torch::Tensor x, torch::Tensor a, torch:
         intermediate(a_first, plan, p, q, r, t, xn, ak, ats + k * q * p, btk, mid);
         next.slice();
         if (a_first) matmul(p, r, t, plan.mid_t ? transposed(mid, p) : plain(mid, t), btk, r, yn, r, y_start);  // Y += U Bᵀ
-        else matmul(p, r, q, plain(ak, q), mid, r, yn, r, y_start);                                         // Y += A W
+        else matmul(p, r, q, plain(ak, q), mid, r, yn, r, y_start, !keep);                                  // Y += A W
       }
     }
   });
@@ -511,10 +536,11 @@ std::vector<torch::Tensor> kron_backward(torch::Tensor dy, torch::Tensor x, torc
   // tile instead of one per token.
   const bool db_per_tile = a_first && f == 1 && kept && !plan.mid_t;
   at::parallel_for(0, chunks, 1, [&](int64_t chunk_begin, int64_t chunk_end) {
-    std::vector<float> dmid(a_first ? f * p * tile_k : mid_size);  // A first: the tile's dU (f, p, tile_k); dWᵀ or dW
+    // (with slack: the products read them as B in whole vectors)
+    std::vector<float> dmid = with_slack(a_first ? f * p * tile_k : mid_size);  // A first: the tile's dU (f, p, tile_k); dWᵀ or dW
     std::vector<float> dx_t(q * t), scratch(mid_size);                  // scratch: a recomputed U / Uᵀ / W
     std::vector<float> dx_tile(dx_per_tile ? tile_k * q : 0);           // the tile's dXᵀ or dX
-    std::vector<float> mid_t(a_first ? tile_k * q : q * r);  // A first: Xᵀ of the tile (tile_k, q); B first: Wᵀ (r, q)
+    std::vector<float> mid_t = with_slack(a_first ? tile_k * q : q * r);  // A first: Xᵀ of the tile (tile_k, q); B first: Wᵀ (r, q)
     NextTokenPrefetch next;
     for (int64_t chunk = chunk_begin; chunk < chunk_end; ++chunk) {
       float *ga = grad_a[chunk].data_ptr<float>(), *gb = grad_b[chunk].data_ptr<float>();
@@ -529,7 +555,6 @@ std::vector<torch::Tensor> kron_backward(torch::Tensor dy, torch::Tensor x, torc
                            {mids_data + (token + 1) * f * mid_size, kept && !last ? f * mid_size : 0}},
                    {{dxn + q * t, last ? 0 : q * t}});
         const int64_t slot = (token - begin) % tile;  // A first: the token's place in its tile
-        for (int64_t i = 0; i < p * r; ++i) gbias[i] += dyn[i];
         if (a_first) transpose_into(xn, q, t, mid_t.data() + slot * t * q);  // Xᵀ (t, q), the tile's rows slot*t..
         for (int64_t k = 0; k < f; ++k) {
           const float *ak = as + k * p * q, *bk = bs + k * r * t;
@@ -542,14 +567,14 @@ std::vector<torch::Tensor> kron_backward(torch::Tensor dy, torch::Tensor x, torc
             const Strided u_t = plan.mid_t ? plain(mid, p) : transposed(mid, t);       // Uᵀ (t, p)
             float* du = dmid.data() + k * p * tile_k + slot * t;                       // dU (p, t), row stride tile_k
             matmul_new(p, t, r, plain(dyn, r), bk, t, du, tile_k);                     // dU = dY B (p, t)
-            if (!dx_per_tile) matmul(q, t, p, transposed(ak, q), du, tile_k, dxn, t, dx_start);  // dX += Aᵀ dU
+            if (!dx_per_tile) matmul(q, t, p, transposed(ak, q), du, tile_k, dxn, t, dx_start, true);  // dX += Aᵀ dU
             next.slice();
             if (!db_per_tile) matmul_acc(t, r, p, u_t, dyn, r, gbk, r);               // dBᵀ += Uᵀ dY (t, r)
             next.slice();
             if (slot == tile - 1 || last) {  // the tile's dA and dX, its tokens' dU side by side
               const int64_t count = slot + 1, steps = count * t, first = token - slot;
               const float* du_tile = dmid.data() + k * p * tile_k;                    // (p, tile_k)
-              matmul_acc(p, q, steps, plain(du_tile, tile_k), mid_t.data(), q, gak, q);  // dA += [dU..] [Xᵀ; ..]
+              matmul_acc(p, q, steps, plain(du_tile, tile_k), mid_t.data(), q, gak, q, true);  // dA += [dU..] [Xᵀ; ..]
               if (db_per_tile)  // dBᵀ += [U; U; ..]ᵀ [dY; dY; ..] (t, r), K = count * p
                 matmul_acc(t, r, count * p, transposed(mids_data + first * p * t, t), dys + first * p * r, r, gbk, r);
               next.slice();
@@ -558,7 +583,7 @@ std::vector<torch::Tensor> kron_backward(torch::Tensor dy, torch::Tensor x, torc
                 for (int64_t i = 0; i < count; ++i)
                   put_transposed(dx_tile.data() + i * t * q, t, q, dxs + (first + i) * q * t, k > 0);
               } else if (dx_per_tile) {  // [dX dX ..] = Aᵀ [dU dU ..] (q, steps): rows of steps, not of t
-                matmul_new(q, steps, p, transposed(ak, q), du_tile, tile_k, dx_tile.data(), tile_k);
+                matmul_new(q, steps, p, transposed(ak, q), du_tile, tile_k, dx_tile.data(), tile_k, true);
                 for (int64_t i = 0; i < count; ++i)
                   put_block(dx_tile.data() + i * t, q, t, tile_k, dxs + (first + i) * q * t, k > 0);
               }
@@ -572,7 +597,7 @@ std::vector<torch::Tensor> kron_backward(torch::Tensor dy, torch::Tensor x, torc
               matmul_new(r, q, p, transposed(dyn, r), ak, q, dw, q);                  // dWᵀ = dYᵀ A (r, q)
               dw_t = plain(dw, q);
               next.slice();
-              matmul_new(t, q, r, transposed(bk, t), dw, q, dx_t.data(), q);          // dXᵀ = Bᵀ dWᵀ (t, q)
+              matmul_new(t, q, r, transposed(bk, t), dw, q, dx_t.data(), q, true);    // dXᵀ = Bᵀ dWᵀ (t, q)
               put_transposed(dx_t.data(), t, q, dxn, k > 0);
             } else {
               matmul_new(q, r, p, transposed(ak, q), dyn, r, dw, r);                  // dW = Aᵀ dY (q, r)
@@ -582,11 +607,13 @@ std::vector<torch::Tensor> kron_backward(torch::Tensor dy, torch::Tensor x, torc
             }
             transpose_into(mid, q, r, mid_t.data());                                  // Wᵀ (r, q)
             next.slice();
-            matmul_acc(p, q, r, plain(dyn, r), mid_t.data(), q, gak, q);              // dA += dY Wᵀ
+            matmul_acc(p, q, r, plain(dyn, r), mid_t.data(), q, gak, q, true);        // dA += dY Wᵀ
             next.slice();
             matmul_acc(r, t, q, dw_t, xn, t, gbk, t);                                 // dB += dWᵀ X
           }
         }
+        // dbias += the tile's dY rows (B first: the token's), read from cache by now (dU / dW read them)
+        if (slot == tile - 1 || last) add_rows(gbias, dys + (token - slot) * p * r, slot + 1, p * r);
       }
     }
   });
