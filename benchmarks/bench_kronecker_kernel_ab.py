@@ -33,6 +33,7 @@ import hashlib
 import importlib.util
 import operator
 import os
+import shlex
 import statistics
 import subprocess
 import sys
@@ -111,15 +112,17 @@ def mkl_flags() -> tuple[list[str], list[str]]:
                      "pip install mkl mkl-include, or set MKLROOT")
 
 
-def build(source: str, folder: Path, mkl: bool = False):
-    """Compile one version as its own extension module (named by its hash and build flags, so a rerun reuses it)."""
+def build(source: str, folder: Path, mkl: bool = False, flags: list[str] | None = None):
+    """Compile one version as its own extension module (named by its hash and build flags, so a rerun reuses it);
+    ``flags``: compiler flags after the kernel's own (``BUILD_FLAGS``)."""
     from torch.utils.cpp_extension import load
 
     includes, ldflags = mkl_flags() if mkl else ([], [])
-    digest = hashlib.sha1((source + " ".join(includes + ldflags)).encode()).hexdigest()[:10]
+    cflags = BUILD_FLAGS + (flags or [])
+    digest = hashlib.sha1((source + " ".join(includes + ldflags + cflags)).encode()).hexdigest()[:10]
     path = folder / f"kron_{digest}.cpp"
     path.write_text(source)
-    return load(name=f"kron_ab_{digest}", sources=[str(path)], extra_cflags=BUILD_FLAGS,
+    return load(name=f"kron_ab_{digest}", sources=[str(path)], extra_cflags=cflags,
                 extra_include_paths=includes, extra_ldflags=ldflags)
 
 
@@ -182,6 +185,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--patch", type=Path, metavar="FILE",
                         help="the new version is the working tree's kernel with this git diff applied")
     parser.add_argument("--apart", action="store_true", help="also report forward and backward apart")
+    parser.add_argument("--new-flags", metavar="FLAGS", default="",
+                        help="compiler flags for the new version only, after the kernel's own (e.g. "
+                             "\"-falign-loops=64\"; with --against HEAD and no change: the flags' effect alone)")
     parser.add_argument("--mkl", action="store_true",
                         help="build both versions against MKL (for a patch that calls it)")
     args = parser.parse_args(argv)
@@ -201,7 +207,8 @@ def main(argv: list[str] | None = None) -> int:
         orders = {"old": False, "new": True}
     else:
         print(f"building the kernel at {args.against} and the working tree's (about 40 s each, once)", flush=True)
-        modules = {"old": build(source_at(args.against), folder, args.mkl), "new": build(new_source, folder, args.mkl)}
+        modules = {"old": build(source_at(args.against), folder, args.mkl),
+                   "new": build(new_source, folder, args.mkl, shlex.split(args.new_flags))}
         orders = None
     print(f"torch {torch.__version__}, 1 thread, {TOKENS} tokens, forward + backward, CPU time, median of "
           f"{args.repeats} rounds after 2 warm-up, " + ("orders" if args.orders else "versions") + " alternating")

@@ -125,3 +125,16 @@ def test_kernel_ab_patches_apply_to_the_kernel_and_mkl_is_found_or_refused(tmp_p
         (tmp_path / "lib" / f"libmkl_{name}.so.3").write_text("")
     includes, ldflags = ab.mkl_flags()
     assert includes == [str(tmp_path / "include")] and ldflags[-1] == f"-Wl,-rpath,{tmp_path / 'lib'}"
+
+
+def test_kernel_ab_builds_the_new_version_with_extra_flags_as_a_module_of_its_own(tmp_path, monkeypatch):
+    import torch.utils.cpp_extension
+
+    ab = load_bench("bench_kronecker_kernel_ab")
+    calls = []
+    monkeypatch.setattr(torch.utils.cpp_extension, "load", lambda **kwargs: calls.append(kwargs) or kwargs["name"])
+    source = (ab.ROOT / ab.KERNEL).read_text()
+    plain, aligned = ab.build(source, tmp_path), ab.build(source, tmp_path, flags=["-falign-loops=64"])
+    assert plain != aligned  # same source, other flags: two modules, not one cached build reused
+    assert calls[0]["extra_cflags"] == ab.BUILD_FLAGS
+    assert calls[1]["extra_cflags"] == [*ab.BUILD_FLAGS, "-falign-loops=64"]

@@ -359,19 +359,11 @@ void put_block(const float* src, int64_t rows, int64_t cols, int64_t ld_src, flo
   }
 }
 
-// sum (width) += the `count` rows of `rows` (count, width, contiguous): each vector of sums loaded and stored once.
+// sum (width) += the `count` rows of `rows` (count, width, contiguous). A plain loop, which GCC vectorises: with
+// Simd's masked loads and stores per vector GPT-2 small's backward (3,072 floats a token) was slower.
 void add_rows(float* sum, const float* rows, int64_t count, int64_t width) {
-#ifdef LMSTUDY_SIMD
-  for (int64_t j = 0; j < width; j += Simd::LANES) {
-    const Simd::Mask m = Simd::mask(width - j);
-    Simd::Vec v = Simd::load(m, sum + j);
-    for (int64_t i = 0; i < count; ++i) v = Simd::add(v, Simd::load(m, rows + i * width + j));
-    Simd::store(sum + j, m, v);
-  }
-#else
   for (int64_t i = 0; i < count; ++i)
     for (int64_t j = 0; j < width; ++j) sum[j] += rows[i * width + j];
-#endif
 }
 
 // Prefetches the next token's input rows and output rows (up to three streams each) in `slices` parts, one `slice()`
@@ -408,10 +400,14 @@ class NextTokenPrefetch {
     int64_t lines, step, done;  // step: lines per slice
     bool write;
   };
+  // An output is prefetched only up to WRITE_MAX_FLOATS a token (4 KB): the shared base's Y (3 KB a token) was written
+  // 17% faster with it, GPT-2 small's (12 KB) slower (bursts of 96 prefetches per slice; benchmarks/README.md).
+  static constexpr int64_t WRITE_MAX_FLOATS = 1024;
   void add(int slices, Streams streams, bool write) {
     for (const auto& [data, floats] : streams) {
       const int64_t lines = (floats + 15) / 16, step = (lines + slices - 1) / slices;  // no division per slice
-      if (floats > 0) streams_[count_++] = {reinterpret_cast<const char*>(data), lines, step, 0, write};
+      if (floats > 0 && (!write || floats <= WRITE_MAX_FLOATS))
+        streams_[count_++] = {reinterpret_cast<const char*>(data), lines, step, 0, write};
     }
   }
   Stream streams_[6];
