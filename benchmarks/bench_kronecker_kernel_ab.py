@@ -16,7 +16,7 @@ factors; the order (A first or B first) is the one the layer runs the kernel in 
     python benchmarks/bench_kronecker_kernel_ab.py --against HEAD           # uncommitted changes vs the last commit
     python benchmarks/bench_kronecker_kernel_ab.py --against dd45a79 64,32,48,24 12,24,16,32
     python benchmarks/bench_kronecker_kernel_ab.py --orders 24,12,32,16     # one kernel: B first (old) vs A first (new)
-    python benchmarks/bench_kronecker_kernel_ab.py --against HEAD --new-flags "-falign-loops=64"  # a build flag's effect
+    python benchmarks/bench_kronecker_kernel_ab.py --against HEAD --new-flags "-falign-loops=64"  # a flag alone
 
 Experiments kept as patches (``benchmarks/kernel_patches/``, each says what it changes): ``--patch FILE`` times the
 working tree's kernel with FILE applied as the new version, ``--apart`` reports forward and backward apart, and

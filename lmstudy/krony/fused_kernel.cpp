@@ -22,8 +22,8 @@
 // accumulators would otherwise make a round trip through L1/L2 every token; dX too, mostly (see dx_per_tile), and
 // dBᵀ for one factor (db_per_tile).
 // The vector code is written once against `Simd` (AVX-512 or AVX2 + FMA, whichever -march=native gives).
-// Both directions prefetch the next token's inputs a slice at a time between this token's products, so that memory
-// is read under the arithmetic.
+// Both directions prefetch the next token's inputs (and its outputs, for writing, where they are small) a slice at a
+// time between this token's products, so that memory is read under the arithmetic.
 #include <torch/extension.h>
 #include <ATen/Parallel.h>
 
@@ -273,7 +273,7 @@ void column_blocks(int64_t rows, int64_t cols, int64_t K, const Strided& a, cons
 // C (rows x cols, row-major, leading dimension ldc) = START + A (rows x K, any strides) * B (K x cols, row-major, ldb),
 // where START is a matrix with C's layout (C itself to accumulate, the bias to start from it) or nullptr for zeros:
 // a fresh product needs no zeroing pass and Y no bias-copy pass. `b_slack`: B is one of the kernel's own buffers, with
-// at least a vector of floats after its last row (Slack), so that its rows can be read in whole vectors.
+// at least a vector of floats after its last row (with_slack), so that its rows can be read in whole vectors.
 void matmul(int64_t rows, int64_t cols, int64_t K, const Strided& a, const float* b, int64_t ldb, float* c,
             int64_t ldc, const float* start, bool b_slack = false) {
 #ifdef LMSTUDY_SIMD
@@ -476,8 +476,9 @@ std::vector<torch::Tensor> kron_forward(torch::Tensor x, torch::Tensor a, torch:
       const float* xn = xs + token * q * t;
       float* yn = ys + token * p * r;
       const bool more = token + 1 < end;
-      next.start(2 * f, {{xn + q * t, more ? q * t : 0}},
-                 {{yn + p * r, more ? p * r : 0}, {mids_data + (token + 1) * f * mid_size, keep && more ? f * mid_size : 0}});
+      next.start(2 * f, {{xn + q * t, more ? q * t : 0}},  // reads, then writes: Y and the kept U
+                 {{yn + p * r, more ? p * r : 0},
+                  {mids_data + (token + 1) * f * mid_size, keep && more ? f * mid_size : 0}});
       for (int64_t k = 0; k < f; ++k) {
         const float *ak = as + k * p * q, *btk = bts + k * t * r;
         const float* y_start = k == 0 ? bias_data : yn;  // the first factor starts from the bias
@@ -532,11 +533,12 @@ std::vector<torch::Tensor> kron_backward(torch::Tensor dy, torch::Tensor x, torc
   // tile instead of one per token.
   const bool db_per_tile = a_first && f == 1 && kept && !plan.mid_t;
   at::parallel_for(0, chunks, 1, [&](int64_t chunk_begin, int64_t chunk_end) {
-    // (with slack: the products read them as B in whole vectors)
-    std::vector<float> dmid = with_slack(a_first ? f * p * tile_k : mid_size);  // A first: the tile's dU (f, p, tile_k); dWᵀ or dW
+    // dmid: A first, the tile's dU (f, p, tile_k); B first, dWᵀ or dW. mid_t: A first, Xᵀ of the tile (tile_k, q); B
+    // first, Wᵀ (r, q). Both with slack: products read them as B in whole vectors.
+    std::vector<float> dmid = with_slack(a_first ? f * p * tile_k : mid_size);
+    std::vector<float> mid_t = with_slack(a_first ? tile_k * q : q * r);
     std::vector<float> dx_t(q * t), scratch(mid_size);                  // scratch: a recomputed U / Uᵀ / W
     std::vector<float> dx_tile(dx_per_tile ? tile_k * q : 0);           // the tile's dXᵀ or dX
-    std::vector<float> mid_t = with_slack(a_first ? tile_k * q : q * r);  // A first: Xᵀ of the tile (tile_k, q); B first: Wᵀ (r, q)
     NextTokenPrefetch next;
     for (int64_t chunk = chunk_begin; chunk < chunk_end; ++chunk) {
       float *ga = grad_a[chunk].data_ptr<float>(), *gb = grad_b[chunk].data_ptr<float>();
