@@ -35,11 +35,17 @@ def main(argv: list[str] | None = None) -> int:
 
     def read_back(study_name: str, identity: dict, fn) -> dict:
         """The run cache's metrics, never a run: the scores before continued training that the lease's notebook
-        did not reach are NaN (the ``before_*`` columns); any other missing run is an error."""
+        did not reach are NaN (the ``before_*`` columns), and so is a continued run that the lease's time cap
+        stopped (named here; its seed is left out of its checkpoint's spread: ``Spread.of`` drops NaN); any other
+        missing run is an error."""
         run = get_run(study_name, identity)
         if run.done:
             return run.metrics
-        if identity.get("stage") == "initial":
+        if identity.get("stage") == "continued":
+            model, seed = identity.get("model", {}), identity.get("seed")
+            print(f"not finished, left out: {run.path.name} ({model.get('kind')} {model.get('size_class')}, seed "
+                  f"{seed}, from base checkpoint {identity.get('base')})")
+        if identity.get("stage") in ("initial", "continued"):
             return defaultdict(lambda: float("nan"))
         raise RuntimeError(f"run {run.path} is not finished in this run cache ({identity.get('stage')})")
 

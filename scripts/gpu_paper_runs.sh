@@ -35,8 +35,10 @@ carry=.gpu
 BASE="{data: {data_fraction: 0.1, valid_tokens_per_domain: 20000}, compute: 8.0e+15, compile: false,
        eval_every_fraction: 0.1}"
 # 03: the 81M class with Van Loan init against its distilled and scratch same-size models, from all three kept
-# checkpoints of the base (the trend), one seed; 1M tokens of continued training each; the evaluation slices cut.
-KRONY=(-p fractions "[0.1, 0.3, 1.0]" -p classes "[81M]" -p inits "[van_loan]" -p compare_class 81M -p seeds "[0]"
+# checkpoints of the base (the trend), the seeds of KRONY_SEEDS (one by default; the third lease, with 03 alone,
+# ran three); 1M tokens of continued training each; the evaluation slices cut.
+KRONY=(-p fractions "[0.1, 0.3, 1.0]" -p classes "[81M]" -p inits "[van_loan]" -p compare_class 81M
+       -p seeds "${KRONY_SEEDS:-[0]}"
        -p table6_class 81M -p table6_factors "[1]" -p finetune_tokens 1048576 -p evals_per_run 2
        -p val_tokens 65536 -p wikitext_tokens 65536 -p lambada_examples 1000 -p domains "[news]"
        -p domain_documents 10)

@@ -420,7 +420,7 @@ def fresh_base_cache():
 
 
 @pytest.mark.slow
-def test_end_to_end_on_the_smoke_base(tmp_path, monkeypatch, fresh_base_cache):
+def test_end_to_end_on_the_smoke_base(tmp_path, monkeypatch, fresh_base_cache, capsys):
     from conftest import require_corpus, runs_sharing_corpus_caches
 
     for corpus in ("wikipedia", "litbank", "reddit", "imdb", "reuters21578", "bbc_news", "irc", "wikitext-2-raw",
@@ -493,3 +493,28 @@ def test_end_to_end_on_the_smoke_base(tmp_path, monkeypatch, fresh_base_cache):
         read = pd.read_csv(out / f"03_krony_{name}.csv")["wikitext_bpb"].tolist()
         assert read == pytest.approx(expected["wikitext_bpb"].tolist(), rel=1e-12)
     assert pd.read_csv(out / "03_krony_claims.csv")["verdict"].tolist() == table["verdict"].tolist()
+
+    # A continued run that a lease's time cap stopped is named and left out (NaN), not an error: one scratch run
+    # made unfinished, its row of the trend reads NaN and the other models' rows stay as they were.
+    import json
+
+    from lmstudy.runs import METRICS_FILE, runs_dir
+
+    def is_continued_scratch(config_file: Path) -> bool:
+        run_config = json.loads(config_file.read_text())
+        return run_config.get("stage") == "continued" and run_config["model"]["kind"] == "scratch"
+
+    stopped = next(path.parent for path in sorted((runs_dir() / study.STUDY).glob("*/config.json"))
+                   if is_continued_scratch(path))
+    (stopped / METRICS_FILE).rename(stopped / "metrics.stopped")
+    capsys.readouterr()
+    assert tables["main"]([str(out), "--scale", "smoke", "-p", "fractions", "[0.1, 1.0]", "-p", "classes",
+                           "[81M, 67M]", "-p", "inits", "[van_loan, random]", "-p", "table6_factors", "[1, 2]",
+                           "-p", "domains", "[]"]) == 0
+    assert f"not finished, left out: {stopped.name} (scratch 81M" in capsys.readouterr().out
+    read = pd.read_csv(out / "03_krony_trend.csv")
+    assert read["wikitext_bpb"].isna().sum() == 1
+    assert read[read["model"] == "scratch, equal data"]["wikitext_bpb"].isna().sum() == 1
+    kept = read["wikitext_bpb"].notna()
+    assert read["wikitext_bpb"][kept].tolist() == pytest.approx(trend["wikitext_bpb"][kept].tolist(), rel=1e-12)
+    (stopped / "metrics.stopped").rename(stopped / METRICS_FILE)
