@@ -350,8 +350,7 @@ class KroneckerLinear(nn.Module):
         if self.fused and fused.applies(x, a):
             training = torch.is_grad_enabled() and any(t.requires_grad for t in (x, a, b, self.bias))
             a_first = self.fused_a_first if training else self.a_first
-            y = fused.FusedKronecker.apply(x.reshape(-1, self.in_features), a, b, self.bias, a_first)
-            return y.view(*x.shape[:-1], self.out_features)  # (N, p*r) -> (..., out)
+            return fused.FusedKronecker.apply(x, a, b, self.bias, a_first)  # (..., in) -> (..., out)
         x_matrix = x.reshape(-1, self.a_shape[1], self.b_shape[1])  # (..., in) -> (N, q, t), x[j*t + l] = X[j, l]
         if self.a_first:
             plan = self._a_first_per_token if self.per_token else self._a_first_gemm
