@@ -8,7 +8,7 @@ scheme the two run forward + backward alternately on the same inputs, ``--repeat
 Reported: each version's median CPU time and the median of the per-round ratios ``new / old`` (below 1: the
 working tree is faster), and whether the two agree on the output and every gradient (``ok``; float rounding only).
 
-Times are the kernel alone (``forward`` then ``backward`` of the extension, as ``FusedKronecker`` calls them),
+Times are the kernel alone (``forward`` then ``backward`` of the extension, as ``KronFunction`` calls them),
 2,048 tokens, one thread, CPU time; glibc is asked to keep freed memory (``mallopt``) so that neither version pays
 page faults for its outputs. Schemes are written ``P,Q,R,T[,F]``: ``A`` is ``(P, Q)``, ``B`` is ``(R, T)``, ``F``
 factors; the order (A first or B first) is the one the layer runs the kernel in for training.

@@ -55,32 +55,14 @@ def applies(x: torch.Tensor, a: torch.Tensor) -> bool:
             and kernel() is not None)
 
 
-class FusedKronecker(torch.autograd.Function):
-    """``y (..., p*r) = sum_f (A_f ⊗ B_f) x + bias`` for ``x (..., q*t)``, with the fused kernel's forward and backward.
-
-    The leading dimensions are flattened in here rather than by the caller: a reshape outside would add two view
-    nodes to the autograd graph, about 25 microseconds a step (a tenth of the layer's fixed cost).
-    """
-
-    @staticmethod
-    def forward(ctx, x: torch.Tensor, a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor, a_first: bool):
-        shape = x.shape
-        x = x.reshape(-1, shape[-1]).contiguous()  # (..., q*t) -> (N, q*t)
-        a, b = a.contiguous(), b.contiguous()  # (f, p, q), (f, r, t)
-        # A first, backward reads each token's intermediate U = A X kept here (recomputing it cost more than its
-        # round trip through memory); B first, the kernel keeps nothing and backward recomputes W = X Bᵀ. None is
-        # kept when no gradient is wanted.
-        y, intermediates = kernel().forward(x, a, b, bias.contiguous(), a_first, any(ctx.needs_input_grad))
-        ctx.save_for_backward(x, a, b, intermediates)
-        ctx.a_first, ctx.x_shape = a_first, shape
-        return y.view(*shape[:-1], y.shape[-1])  # (N, p*r) -> (..., p*r)
-
-    @staticmethod
-    def backward(ctx, grad_y: torch.Tensor):
-        x, a, b, intermediates = ctx.saved_tensors
-        grad_y = grad_y.reshape(-1, grad_y.shape[-1])  # (..., p*r) -> (N, p*r)
-        grad_x, grad_a, grad_b, grad_bias = kernel().backward(grad_y, x, a, b, intermediates, ctx.a_first)
-        return grad_x.view(ctx.x_shape), grad_a, grad_b, grad_bias, None
+def kronecker(x: torch.Tensor, a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor, a_first: bool,
+              keep: bool) -> torch.Tensor:
+    """``y (..., p*r) = sum_f (A_f ⊗ B_f) x + bias`` for ``x (..., q*t)``, ``a (f, p, q)``, ``b (f, r, t)``,
+    differentiable: the kernel's own autograd function (``KronFunction`` in ``fused_kernel.cpp``, C++ so that
+    backward runs with no Python frame). ``keep``: gradients will be wanted; A first, forward then keeps each
+    token's intermediate ``U = A X`` for backward (recomputing it cost more than its round trip through memory);
+    B first, backward recomputes ``W = X Bᵀ``."""
+    return kernel().apply(x, a, b, bias, a_first, keep)
 
 
 def main() -> int:

@@ -350,7 +350,7 @@ class KroneckerLinear(nn.Module):
         if self.fused and fused.applies(x, a):
             training = torch.is_grad_enabled() and any(t.requires_grad for t in (x, a, b, self.bias))
             a_first = self.fused_a_first if training else self.a_first
-            return fused.FusedKronecker.apply(x, a, b, self.bias, a_first)  # (..., in) -> (..., out)
+            return fused.kronecker(x, a, b, self.bias, a_first, keep=training)  # (..., in) -> (..., out)
         x_matrix = x.reshape(-1, self.a_shape[1], self.b_shape[1])  # (..., in) -> (N, q, t), x[j*t + l] = X[j, l]
         if self.a_first:
             plan = self._a_first_per_token if self.per_token else self._a_first_gemm
