@@ -280,6 +280,41 @@ def test_the_fused_kernel_is_built_and_chosen_on_the_cpu_in_float32():
         assert not fused.applies(x, layer.a_factors)  # mixed precision: the BLAS plans, whose matmuls autocast
 
 
+def test_the_fused_layers_autograd_function_gives_gradients_only_where_wanted():
+    # The fused layer's autograd function is the kernel's C++ one (no Python frame in backward). Each gradient an
+    # input or a parameter wants equals the BLAS plans' one, also with the input or the factors frozen; without
+    # gradients nothing is kept and no graph is built.
+    generator = torch.Generator().manual_seed(3)
+    layer = KroneckerLinear(768, 192, (12, 24), n_factors=2, scalars=True)
+    with torch.no_grad():
+        layer.bias.normal_(generator=generator)
+    x = torch.randn(3, 5, 768, generator=generator)
+
+    def gradients(fused_on: bool, x_grad: bool, params_grad: bool) -> tuple[torch.Tensor, list]:
+        layer.fused = fused_on
+        layer.zero_grad(set_to_none=True)
+        for parameter in layer.parameters():
+            parameter.requires_grad_(params_grad)
+        x_leaf = x.clone().requires_grad_(x_grad)
+        y = layer(x_leaf)
+        if fused_on:
+            assert y.grad_fn.name() == "torch::autograd::CppNode<KronFunction>"
+        y.pow(2).sum().backward()
+        return y.detach(), [x_leaf.grad] + [parameter.grad for parameter in layer.parameters()]
+
+    for x_grad, params_grad in [(False, True), (True, False), (True, True)]:
+        (y_fused, fused_grads), (y_blas, blas_grads) = (gradients(on, x_grad, params_grad) for on in (True, False))
+        assert torch.allclose(y_fused, y_blas, atol=1e-5)
+        for got, expected in zip(fused_grads, blas_grads):
+            assert (got is None) == (expected is None)
+            if got is not None:
+                assert torch.allclose(got, expected, rtol=1e-4, atol=1e-4)
+    layer.fused = True
+    with torch.no_grad():
+        y = layer(x)
+    assert y.grad_fn is None and y.shape == (3, 5, 192)
+
+
 def test_the_fused_kernel_can_be_switched_off(monkeypatch):
     monkeypatch.setenv(fused.ENV_SWITCH, "0")
     fused.kernel.cache_clear()

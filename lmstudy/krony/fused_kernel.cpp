@@ -636,10 +636,11 @@ std::vector<torch::Tensor> kron_backward(torch::Tensor dy, torch::Tensor x, torc
   return {dx, da, db, dbias};
 }
 
-// The layer's autograd function, in C++ rather than a Python torch.autograd.Function: backward then runs with no
-// Python frame: the layer's fixed cost a step (forward + backward, the same at any batch size) fell by a third, from
-// 236-290 to 155-188 microseconds at the shared base's dims (benchmarks/README.md). y (..., p*r) from x (..., q*t): the leading dimensions are flattened here, so
-// that the caller adds no view nodes to the graph. `keep`: gradients will be wanted (A first keeps U for them).
+// The layer's autograd function, in C++ rather than a Python torch.autograd.Function, so that backward runs with no
+// Python frame: the layer's fixed cost a step (forward + backward, the same at any batch size) fell by a third,
+// 0.28-0.34 to 0.18-0.23 ms at the shared base's dims (benchmarks/README.md, 2026-11-27, sixth session).
+// y (..., p*r) from x (..., q*t): the leading dimensions are flattened here, so that the caller adds no view nodes to
+// the graph. `keep`: gradients will be wanted (A first, forward keeps U for them).
 struct KronFunction : public torch::autograd::Function<KronFunction> {
   static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& x, const torch::Tensor& a,
                                const torch::Tensor& b, const torch::Tensor& bias, bool a_first, bool keep) {
