@@ -8,8 +8,10 @@
 #   scripts/gpu_paper_runs.sh unpack RESULTS [DEST]  # here: OUT/results.tar.xz -> DEST (results/gpu/): runs,
 #                                                    # notebooks, figures
 #
-# Ran on two H200 leases: 2026-11-26 (results/gpu/: log.txt, gpu.csv, the GPU's use every 2 s) and 2026-11-27
-# (results/gpu-2026-11-27/, two processes at a time as below); README "Scaling up: one GPU". A lease carries the working tree and at most 64 MiB: our tracked files are ~107 MB
+# Ran on three H200 leases: 2026-11-26 (results/gpu/: log.txt, gpu.csv, the GPU's use every 2 s), 2026-11-27
+# (results/gpu-2026-11-27/, two processes at a time as below) and 2026-11-27 again (results/gpu-2026-11-27-third/:
+# STUDIES=03 KRONY_SEEDS="[0, 1, 2]"); README "Scaling up: one GPU". A lease carries the working tree and at most
+# 64 MiB: our tracked files are ~110 MB
 # (results/runs and models/ are most of it, and neither is read here), so for the call they were taken out of the
 # index and ignored (`git rm -r --cached -q results/runs models/base*  models/ctrl-demo` plus those paths in
 # .git/info/exclude; `git reset -q` and the exclude lines removed right after).
