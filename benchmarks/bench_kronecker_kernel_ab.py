@@ -16,7 +16,7 @@ factors; the order (A first or B first) is the one the layer runs the kernel in 
     python benchmarks/bench_kronecker_kernel_ab.py --against HEAD           # uncommitted changes vs the last commit
     python benchmarks/bench_kronecker_kernel_ab.py --against dd45a79 64,32,48,24 12,24,16,32
     python benchmarks/bench_kronecker_kernel_ab.py --orders 24,12,32,16     # one kernel: B first (old) vs A first (new)
-    python benchmarks/bench_kronecker_kernel_ab.py --against HEAD --new-flags "-falign-loops=64"  # a flag alone
+    python benchmarks/bench_kronecker_kernel_ab.py --against HEAD --new-flags=-falign-loops=64  # a flag alone
 
 Experiments kept as patches (``benchmarks/kernel_patches/``, each says what it changes): ``--patch FILE`` times the
 working tree's kernel with FILE applied as the new version, ``--apart`` reports forward and backward apart, and
@@ -187,8 +187,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="the new version is the working tree's kernel with this git diff applied")
     parser.add_argument("--apart", action="store_true", help="also report forward and backward apart")
     parser.add_argument("--new-flags", metavar="FLAGS", default="",
-                        help="compiler flags for the new version only, after the kernel's own (e.g. "
-                             "\"-falign-loops=64\"; with --against HEAD and no change: the flags' effect alone)")
+                        help="compiler flags for the new version only, after the kernel's own, joined by '=' "
+                             "(--new-flags=-mno-avx512f: a value that starts with '-'; with --against HEAD and no "
+                             "change: the flags' effect alone)")
     parser.add_argument("--mkl", action="store_true",
                         help="build both versions against MKL (for a patch that calls it)")
     args = parser.parse_args(argv)
