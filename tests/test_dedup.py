@@ -115,3 +115,14 @@ def test_contained_sorts_either_side():
     for reference in ([3, 5], [5, 3, 5, 7, 8, 11, 3, 12, 20, 0]):  # shorter and longer than values
         assert contained(values, np.array(reference, dtype=np.uint64)).tolist() == expected
     assert contained(values, np.zeros(0, dtype=np.uint64)).tolist() == [False] * 6
+
+
+def test_contained_agrees_with_isin_on_hashes_spread_over_64_bits():
+    """The lookups go grouped by the values' top 16 bits: spread values, duplicates and misses, in every group."""
+    rng = np.random.default_rng(0)
+    reference = rng.integers(0, 2**64, 20_000, dtype=np.uint64)
+    values = np.concatenate([reference[::3], reference[:50], rng.integers(0, 2**64, 15_000, dtype=np.uint64)])
+    rng.shuffle(values)
+    for part in (reference, reference[:300]):  # longer and shorter than the values
+        found = contained(values, part)
+        assert found.tolist() == np.isin(values, part).tolist() and 0 < found.sum() < len(values)
