@@ -300,6 +300,9 @@ def test_pipeline_end_to_end_on_corpus_slices(tmp_path, monkeypatch):
         init_from=str(weights), train_docs=1, eval_docs=1, seq_len=32, batch_size=2, budgets=[1, 2, 4], lr=1e-3,
         warmup_steps=1, eval_every=2, seeds=[0, 1], ablation_seeds=[0, 1], lambada_examples=5, timing_steps=2,
         similarity_docs=1, tsne_entities=3, ner_train_docs=1, ner_eval_docs=1, ner_hidden=8, ner_epochs=1,
+        # each document's first 256 sub-tokens: scoring whole documents 32 tokens at a time was most of this test
+        # (75 -> 11 s); notebook 02 at smoke scale reads them whole
+        max_doc_tokens=256,
     )
     runs = study.perplexity_runs(config)
     assert len(runs) == 4 and runs["test_ppl"].map(math.isfinite).all()

@@ -86,15 +86,15 @@ def test_the_gap_figure_has_one_series_per_setting():
 def test_the_trend_runs_end_to_end_on_real_text(tmp_path, monkeypatch):
     """The smoke preset's trend as notebook 01 runs it: eight tiny AWD-LSTM runs (4 configurations x Std-news,
     Rare) up to 3 epochs with early stopping, read at 1 and 3 epochs: the 1-epoch point is the best of the run's
-    first epoch, never better than the 3-epoch one."""
-    from conftest import require_corpus
+    first epoch, never better than the 3-epoch one. The corpus caches are the suite's (news' token cache)."""
+    from conftest import require_corpus, runs_sharing_corpus_caches
 
     from lmstudy.scales import preset
     from lmstudy.welch.trend import trend_table
 
     for corpus in ("reuters21578", "bbc_news"):
         require_corpus(corpus)
-    monkeypatch.setenv("LMSTUDY_RUNS", str(tmp_path / "runs"))
+    monkeypatch.setenv("LMSTUDY_RUNS", str(runs_sharing_corpus_caches(tmp_path / "runs")))
     p = preset("01_embedding_init", "smoke")  # its max_steps (24) bounds Table 1's runs, not the trend's
     configs = study_trend_configs(p)
     table = trend_table(configs, p["trend_lengths"])
