@@ -109,7 +109,7 @@ def test_link_threshold_is_a_fraction_of_the_smaller_document():
     assert len(near_duplicate_pairs(sets)[0]) == 0
 
 
-def test_contained_sorts_either_side():
+def test_contained_with_a_reference_shorter_or_longer_than_the_values():
     values = np.array([5, 3, 5, 9, 1, 3], dtype=np.uint64)
     expected = [True, True, True, False, False, True]
     for reference in ([3, 5], [5, 3, 5, 7, 8, 11, 3, 12, 20, 0]):  # shorter and longer than values
