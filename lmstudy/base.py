@@ -525,15 +525,8 @@ def model_card(record: dict) -> str:
     """The folder's README.md: what the model is, its data, compute and the evaluation protocol's numbers
     (all from the folder's run record)."""
     m, data = record["config"]["model"], record["data"]
-    if record["protocol"]:
-        import pandas as pd
+    from lmstudy.evaluation import protocol_markdown
 
-        from lmstudy.evaluation import ROW_COLUMNS, format_table
-
-        table = pd.DataFrame(record["protocol"]).reindex(columns=ROW_COLUMNS)  # JSON sorted the keys
-        protocol_markdown = "```\n" + format_table(table) + "\n```"
-    else:
-        protocol_markdown = "(not evaluated)"
     per_domain = "\n".join(
         f"| {domain} | {info['documents']:,} | {info['bytes'] / 1e6:,.1f} |" for domain, info in data["documents"].items()
     )
@@ -573,7 +566,7 @@ tokenizer = AutoTokenizer.from_pretrained("{record['path']}")
 
 ## Evaluation (lmstudy's protocol, `python -m lmstudy eval {record['path']}`)
 
-{protocol_markdown}
+{protocol_markdown(record['protocol'])}
 """
 
 

@@ -1,4 +1,5 @@
-"""``python -m lmstudy eval PATH``: the evaluation protocol's table for a local Hugging Face causal LM folder.
+"""``python -m lmstudy eval PATH``: the evaluation protocol's table for a local Hugging Face causal LM folder
+(or a fetched pretrained model's name, ``smollm2``).
 
 Kept apart from :mod:`lmstudy.evaluation` so that building the command line (``--help``) does not import
 torch; the handler imports it. The model and tokenizer load from ``PATH`` only (``local_files_only``:
@@ -11,6 +12,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import shlex
+import sys
+import time
 from pathlib import Path
 
 DTYPES = ("float32", "bfloat16", "float16", "auto")
@@ -24,7 +28,8 @@ def register(subparsers) -> None:
         "(lmstudy/evaluation.py): detokenised WikiText-2 test, LAMBADA (OpenAI's test set), the test part of "
         "each held-out domain; prints one row per benchmark.",
     )
-    parser.add_argument("path", help="a folder with config.json, weights and tokenizer files (save_pretrained)")
+    parser.add_argument("path", help="a folder with config.json, weights and tokenizer files (save_pretrained), or "
+                        "a fetched model's name (smollm2: python -m lmstudy models fetch smollm2)")
     parser.add_argument("--seq-len", type=int, default=None,
                         help="window length in tokens (default: the model's positions)")
     parser.add_argument("--stride", type=int, default=None,
@@ -47,20 +52,13 @@ def register(subparsers) -> None:
 
 
 def load_local_model(path: str | Path, device: str | None = None, dtype: str = "float32"):
-    """``(model, tokenizer)`` from a local Hugging Face folder, the model in eval mode on ``device``."""
+    """``(model, tokenizer)`` from a local Hugging Face folder or a fetched model's name (``smollm2``:
+    :func:`lmstudy.pretrained.load_pretrained`), the model in eval mode on ``device``."""
     import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    folder = Path(path)
-    if not (folder / "config.json").is_file():
-        raise FileNotFoundError(f"{folder} is not a Hugging Face model folder (no config.json in it)")
-    try:
-        tokenizer = AutoTokenizer.from_pretrained(folder, local_files_only=True)
-        model = AutoModelForCausalLM.from_pretrained(
-            folder, local_files_only=True, dtype=dtype if dtype == "auto" else getattr(torch, dtype))
-    except (OSError, ValueError) as error:
-        first_line = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-        raise ValueError(f"cannot load a causal LM and its tokenizer from {folder}: {first_line}") from error
+    from lmstudy.pretrained import load_pretrained
+
+    model, tokenizer, _ = load_pretrained(str(path), dtype)
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
     return model.to(device).eval(), tokenizer
 
@@ -69,6 +67,7 @@ def run(args: argparse.Namespace) -> int:
     """``eval PATH``: score the model folder with the protocol, print the table (and write ``--json``); returns 0."""
     from lmstudy.evaluation import EvalConfig, context_size, evaluate_model, format_table
 
+    started = time.perf_counter()
     model, tokenizer = load_local_model(args.path, args.device, args.dtype)
     seq_len = args.seq_len or context_size(model)
     config = EvalConfig(
@@ -82,7 +81,14 @@ def run(args: argparse.Namespace) -> int:
     print(format_table(table))
     if args.json:
         settings = {"device": device, "dtype": args.dtype, **vars(config)}
-        payload = {"model": str(args.path), "settings": settings, "rows": json.loads(table.to_json(orient="records"))}
+        payload = {"model": str(args.path), "command": _command_line(args), "seconds": round(time.perf_counter() - started),
+                   "settings": settings, "rows": json.loads(table.to_json(orient="records"))}
         args.json.write_text(json.dumps(payload, indent=2) + "\n", encoding="utf-8")
         print(f"written: {args.json}")
     return 0
+
+
+def _command_line(args: argparse.Namespace) -> str:
+    """The command as typed (``lmstudy.__main__.main`` keeps its argv), for the JSON file's record."""
+    argv = getattr(args, "argv", None) or sys.argv[1:]
+    return shlex.join(["python", "-m", "lmstudy", *argv])

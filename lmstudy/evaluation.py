@@ -634,11 +634,19 @@ def format_table(table: pd.DataFrame) -> str:
     return shown.to_string(index=False)
 
 
+def protocol_markdown(rows: list[dict]) -> str:
+    """The protocol's table from its records (a model card's or a JSON file's) as a Markdown code block."""
+    if not rows:
+        return "(not evaluated)"
+    table = pd.DataFrame(rows).reindex(columns=ROW_COLUMNS)  # JSON may have sorted the keys
+    return "```\n" + format_table(table) + "\n```"
+
+
 __all__ = [
     "CONFIDENCE", "EncodedDocuments", "EvalConfig", "LambadaExample", "LambadaScore", "ROW_COLUMNS", "TextScore",
     "check_token_stream", "context_size", "count_bytes", "count_words", "document_prefix_id", "domain_test_texts",
     "encode_documents", "eval_domains", "eval_windows", "evaluate_model", "evaluating", "format_table",
-    "lambada_examples", "lambada_passages", "lambada_scores", "lm_loss", "model_device", "model_logits",
+    "lambada_examples", "lambada_passages", "lambada_scores", "lm_loss", "model_device", "model_logits", "protocol_markdown",
     "score_documents", "score_lambada", "score_texts", "sliding_windows", "split_lambada_passage", "stream_loss",
     "stream_perplexity", "wikitext2_test_articles", "wikitext_detokenize", "wilson_interval",
 ]

@@ -12,6 +12,9 @@ in CI and on a GPU box:
   may be deleted at any time while a registered corpus's split is the fixed reference of its results.
 - ``LMSTUDY_FIGURES``: figures and tables. Default: ``figures/``.
 - ``LMSTUDY_MODELS``: small models we commit (the app's demo checkpoint). Default: ``models/``.
+- ``LMSTUDY_PRETRAINED``: pretrained models fetched by ``python -m lmstudy models fetch NAME`` (too big for git,
+  so never committed: ``models/smollm2/`` is in .gitignore). Default: ``models/`` in the checkout. Kept apart
+  from ``LMSTUDY_MODELS`` so that a run (or a test) that moves its own models elsewhere still finds them.
 
 Only the published scale (``cpu``) writes into ``figures/`` and ``models/`` themselves; ``smoke`` and
 ``paper`` runs write into ``<folder>/<scale>/`` so a CI smoke run never overwrites a published result.
@@ -65,6 +68,11 @@ def figures_dir(scale: str | None = None) -> Path:
 def models_dir(scale: str | None = None) -> Path:
     """Where committed models go: ``models/`` for the published scale (or no scale), else ``models/<scale>/``."""
     return _published_or_scaled("LMSTUDY_MODELS", REPO_ROOT / "models", scale)
+
+
+def pretrained_dir() -> Path:
+    """Where fetched pretrained models live: ``$LMSTUDY_PRETRAINED``, else ``models/`` in the checkout."""
+    return Path(os.environ.get("LMSTUDY_PRETRAINED", REPO_ROOT / "models")).expanduser()
 
 
 def notebooks_dir() -> Path:

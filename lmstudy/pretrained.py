@@ -1,8 +1,10 @@
 """Pretrained Hugging Face causal LMs named by a local folder or a hub id, loaded offline.
 
-The studies' ``init_from`` parameter (``"gpt2"`` in the paper presets of 02 and 04) names the weights a study
-fine-tunes. It may be
+The studies' ``init_from`` parameter (``"gpt2"`` in the paper presets of 02 and 04), ``lmstudy eval`` and
+``app.py --model`` name a model the same way. It may be
 
+- the **name of a fetched pretrained model** (``smollm2``: ``python -m lmstudy models fetch smollm2`` writes
+  ``models/smollm2``; :mod:`lmstudy.pretrained_fetch`);
 - a **local folder** written by ``save_pretrained`` (``config.json`` + ``model.safetensors`` or
   ``pytorch_model.bin``, with or without the tokenizer files): an absolute path, or a relative one looked up from
   the current directory and then from the repository root (a study notebook runs in ``notebooks/``);
@@ -61,8 +63,16 @@ def _check_folder(folder: Path, init_from: str) -> Path:
 
 def resolve_pretrained(init_from: str) -> Path:
     """The local folder holding the checkpoint ``init_from`` (module docstring); :class:`MissingWeights` if none."""
+    from lmstudy.pretrained_fetch import PRETRAINED_MODELS, fetched, model_folder
+
     if not init_from:
         raise ValueError("init_from is empty: name a Hugging Face model folder or hub id")
+    if init_from in PRETRAINED_MODELS:
+        folder = model_folder(init_from)
+        if not fetched(folder, PRETRAINED_MODELS[init_from]):
+            raise MissingWeights(f"{init_from} is not fetched yet ({folder} is missing or incomplete): run "
+                                 f"`python -m lmstudy models fetch {init_from}` (make setup does)")
+        return folder
     path = Path(init_from).expanduser()
     places = [path] if path.is_absolute() else list(dict.fromkeys([Path.cwd() / path, REPO_ROOT / path]))
     for folder in places:
@@ -83,22 +93,28 @@ def resolve_pretrained(init_from: str) -> Path:
                              f"{fetch_hint(init_from)}") from error
 
 
-def load_pretrained(init_from: str):
-    """``(model, tokenizer, folder)`` of the causal LM ``init_from`` (float32, eval mode, local files only).
+def load_pretrained(init_from: str, dtype: str = "float32"):
+    """``(model, tokenizer, folder)`` of the causal LM ``init_from`` (``dtype``, default float32; "auto": as
+    saved; eval mode, local files only). A folder that transformers cannot load gives one ValueError line.
 
     The tokenizer is the folder's; a folder without tokenizer files gets GPT-2's BPE when the model has GPT-2's
     vocabulary, else an error."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     folder = resolve_pretrained(init_from)
-    model = AutoModelForCausalLM.from_pretrained(str(folder), dtype=torch.float32, local_files_only=True)
-    if any((folder / name).is_file() for name in TOKENIZER_FILES):
-        tokenizer = AutoTokenizer.from_pretrained(str(folder), local_files_only=True)
-    elif model.config.vocab_size == GPT2_VOCAB_SIZE:  # weights without tokenizer files: GPT-2's own BPE
+    try:
+        model = AutoModelForCausalLM.from_pretrained(
+            str(folder), dtype=dtype if dtype == "auto" else getattr(torch, dtype), local_files_only=True)
+        has_tokenizer = any((folder / name).is_file() for name in TOKENIZER_FILES)
+        tokenizer = AutoTokenizer.from_pretrained(str(folder), local_files_only=True) if has_tokenizer else None
+    except (OSError, ValueError) as error:  # an unknown architecture, a broken config, unreadable weights
+        first_line = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        raise ValueError(f"cannot load a causal LM and its tokenizer from {folder}: {first_line}") from error
+    if tokenizer is None and model.config.vocab_size == GPT2_VOCAB_SIZE:  # weights without tokenizer files: GPT-2's own BPE
         from lmstudy.tokenization import gpt2_tokenizer
 
         tokenizer = gpt2_tokenizer()
-    else:
+    elif tokenizer is None:
         raise MissingWeights(f"init_from={init_from!r}: {folder} has no tokenizer files ({', '.join(TOKENIZER_FILES)})"
                              f" and its vocabulary ({model.config.vocab_size}) is not GPT-2's; save its tokenizer "
                              "there too")

@@ -78,6 +78,19 @@ def require_corpus(name: str) -> None:
     pytest.skip(message)
 
 
+def require_smollm2():
+    """The fetched SmolLM2 folder; skip (or, in CI, fail) unless ``models fetch smollm2`` wrote it (make setup does)."""
+    from lmstudy.pretrained_fetch import SMOLLM2, fetched, model_folder
+
+    folder = model_folder(SMOLLM2.name)
+    if fetched(folder, SMOLLM2):
+        return folder
+    message = f"SmolLM2 is not fetched into {folder} (run: python -m lmstudy models fetch smollm2)"
+    if IN_CI:
+        pytest.fail(message)
+    pytest.skip(message)
+
+
 def require_kenlm() -> None:
     """Skip (or, in CI, fail) unless KenLM's binaries are installed (``make test`` installs them)."""
     from lmstudy.welch.ngram import INSTALL_HINT, kenlm_bin

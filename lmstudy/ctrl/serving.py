@@ -11,7 +11,8 @@ Decisions:
   ``runs/04_control_codes/<hash>/model`` of the run cache. The browser only ever sends one of these
   names; a name that is not on the list is refused, so no path typed in a browser is ever opened.
   ``--model ID_OR_PATH`` on the command line adds one more: a control-code folder, or any
-  Hugging Face causal LM found locally (``local_files_only``: nothing is downloaded), e.g. ``gpt2``.
+  Hugging Face causal LM found locally (``local_files_only``: nothing is downloaded), GPT-2 or Llama family,
+  e.g. ``smollm2`` (the fetched SmolLM2-135M, :mod:`lmstudy.pretrained_fetch`) or ``gpt2``.
   A model is loaded once per process (:class:`ModelRegistry` keeps the last two used).
 - **Control codes.** A control-code model (``save_control_model`` folder) knows its codes as special
   tokens (``<|Reviews|>``); users type ``Reviews`` (checked by ``codes.get_code``). A *composite*
@@ -71,6 +72,7 @@ from lmstudy.ctrl.generation import code_prefix, context_length, stream_rows
 from lmstudy.ctrl.model import CODES_FILE, STUDY, load_control_model
 from lmstudy.ctrl.sampling import PENALTIES, SamplingConfig
 from lmstudy.paths import REPO_ROOT, models_dir, runs_dir
+from lmstudy.pretrained import load_pretrained
 
 MAX_TEXT_CHARS = 20_000  # a prompt or a text to attribute; longer is refused before tokenising
 MAX_CODE_CHARS = 200
@@ -153,20 +155,6 @@ def allowed_checkpoints() -> dict[str, Path]:
     return {_label(p.parent): p.parent for p in found + runs}
 
 
-def _plain_model(id_or_path: str) -> tuple[torch.nn.Module, object]:
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    try:
-        tokenizer = AutoTokenizer.from_pretrained(id_or_path, local_files_only=True)
-        model = AutoModelForCausalLM.from_pretrained(id_or_path, local_files_only=True, dtype=torch.float32)
-    except (OSError, ValueError) as error:
-        raise FileNotFoundError(
-            f"cannot load {id_or_path!r} as a causal language model from local files (nothing is downloaded: "
-            f"give a folder written by save_pretrained, or a hub id already in the local cache): {error}"
-        ) from error
-    return model.eval(), tokenizer
-
-
 def load_served_model(id_or_path: str | Path, name: str | None = None) -> ServedModel:
     """A control-code folder (``control_codes.json``) or any local Hugging Face causal LM."""
     path = Path(id_or_path).expanduser()
@@ -174,7 +162,7 @@ def load_served_model(id_or_path: str | Path, name: str | None = None) -> Served
     if (path / CODES_FILE).is_file():
         loaded = load_control_model(path)
         return ServedModel(name, loaded.model, loaded.tokenizer, "control", loaded.codes, loaded.mixture)
-    model, tokenizer = _plain_model(str(id_or_path))
+    model, tokenizer, _ = load_pretrained(str(id_or_path))  # a folder, a fetched model's name or a cached hub id
     suggested = sorted(getattr(tokenizer, "control_codes", {}) or {})  # Salesforce/ctrl's own codes
     return ServedModel(name, model, tokenizer, "plain", suggested, None)
 

@@ -447,7 +447,9 @@ def compress(
     """
     blocks = getattr(getattr(model, "transformer", None), "h", None)
     if blocks is None:
-        raise ValueError(f"compress expects a GPT2LMHeadModel (with .transformer.h), got {type(model).__name__}")
+        raise ValueError(f"compress expects a GPT2LMHeadModel (with .transformer.h), got {type(model).__name__}: "
+                         "Kronecker factors replace GPT-2's MLP matrices (c_fc, c_proj); a Llama-family model's "
+                         "gated MLP (gate_proj, up_proj, down_proj) is not supported yet")
     # Check every target before touching any, so a bad call never leaves a half-compressed model.
     for index, block in enumerate(blocks):
         for matrix in config.matrices:
