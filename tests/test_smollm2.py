@@ -235,3 +235,24 @@ def test_the_fetched_smollm2_loads_with_the_auto_classes_and_writes_fluent_text(
     continuation = tokenizer.decode(out[0, ids.shape[1]:])
     assert out.shape[1] - ids.shape[1] == 32 and "Paris" in continuation, continuation
     assert pretrained_fetch.fetch("smollm2", log=lambda _: None) == folder  # idempotent: already there
+
+
+@pytest.mark.slow
+def test_pretrained_streams_hold_the_base_documents_in_the_models_tokens(tiny_llama_folder, monkeypatch, tmp_path):
+    """The smoke base's documents, tokenised with a Llama folder's tokenizer: every document ends with its eos and
+    the text decodes back; a second call reads the cache."""
+    from conftest import require_corpus, runs_sharing_corpus_caches
+    from lmstudy.base import DOMAINS, pretrained_streams, training_documents
+
+    for corpus in ("wikipedia", "litbank", "reddit", "imdb", "reuters21578", "bbc_news", "irc"):
+        require_corpus(corpus)
+    monkeypatch.setenv("LMSTUDY_RUNS", str(runs_sharing_corpus_caches(tmp_path / "runs")))
+    train, valid = pretrained_streams(str(tiny_llama_folder), data_fraction=0.0005, valid_tokens_per_domain=500)
+    tokenizer = AutoTokenizer.from_pretrained(tiny_llama_folder)
+    documents = [text for _, _, text in training_documents(0.0005)]
+    assert int((train == tokenizer.eos_token_id).sum()) == len(documents) and train[-1] == tokenizer.eos_token_id
+    first = train[: int((train == tokenizer.eos_token_id).nonzero()[0])]
+    assert tokenizer.decode(first) == documents[0]
+    assert valid.numel() >= 500 * len(DOMAINS) and valid[-1] == tokenizer.eos_token_id  # whole documents past the budget
+    again, _ = pretrained_streams(str(tiny_llama_folder), data_fraction=0.0005, valid_tokens_per_domain=500)
+    assert torch.equal(train, again)
