@@ -3,6 +3,7 @@
     python app.py                         # http://127.0.0.1:7860, the bundled demo checkpoint
     python app.py --port 8000 --max-queue 32
     python app.py --model smollm2         # any local Hugging Face causal LM; codes become text prefixes
+    python app.py --model smollm2 --weights float32   # full precision (default auto: bfloat16 for big models)
     python app.py --host 0.0.0.0          # listen on every interface (default: this machine only)
     python app.py --share                 # also ask Gradio for a public share link
 
@@ -50,7 +51,7 @@ from lmstudy.ctrl.serving import (
     prepare_comparison,
     stream_comparison,
 )
-from lmstudy.training import count_parameters
+from lmstudy.weights_precision import WEIGHTS
 
 STREAM_INTERVAL = 0.1  # seconds between two updates of the page while generating
 DEFAULT_MAX_QUEUE = 16
@@ -94,13 +95,14 @@ def _user_errors(fn):
 
 
 def _model_summary(served: ServedModel) -> str:
-    parameters = count_parameters(served.model)
+    parameters = sum(p.numel() for p in served.model.parameters())
     kind = ("control-code model: codes are special tokens" if served.kind == "control"
             else "plain causal LM: codes are typed text prefixes")
     context = f" · context {served.context} tokens" if served.context else ""
     codes = f" · codes: {', '.join(served.codes)}" if served.codes else ""
     size = f"{parameters / 1e6:.1f}M" if parameters >= 1e6 else f"{parameters:,}"
-    return f"**{served.name}** · {kind} · {size} parameters{context}{codes}"
+    weights = "" if served.weights == "float32" else f" ({served.weights} weights)"
+    return f"**{served.name}** · {kind} · {size} parameters{weights}{context}{codes}"
 
 
 def _default_codes(served: ServedModel | None) -> list[str]:
@@ -141,13 +143,14 @@ def _label_angle(n_codes: int) -> int:
     return 0 if n_codes <= LEVEL_LABELS else -90
 
 
-def build_demo(model: str | None = None, max_queue: int = DEFAULT_MAX_QUEUE) -> gr.Blocks:
-    """The page. ``model``: the ``--model`` argument (a folder or a local hub id), offered first.
+def build_demo(model: str | None = None, max_queue: int = DEFAULT_MAX_QUEUE, weights: str = "auto") -> gr.Blocks:
+    """The page. ``model``: the ``--model`` argument (a folder, a fetched model's name or a local hub id), offered
+    first; ``weights``: the precision every model is served with (``lmstudy.weights_precision``).
 
     Every handler that runs the model gets the raw values the page or an API client sent (Gradio's
     preprocessing off: ``preprocess=False``) and checks them with ``lmstudy.ctrl.serving``'s one check
     per kind of field, so a bad value is a message, never Gradio's generic error and a traceback."""
-    registry = ModelRegistry(extra=model)
+    registry = ModelRegistry(extra=model, weights=weights)
     default = registry.default()
     served = registry.get(default) if default else None  # loaded once, before the first visitor
 
@@ -306,11 +309,14 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--model", metavar="ID_OR_PATH",
                         help="a control-code folder or any local Hugging Face causal LM, GPT-2 or Llama family (e.g. smollm2: "
                         "python -m lmstudy models fetch smollm2), offered first")
+    parser.add_argument("--weights", choices=WEIGHTS, default="auto",
+                        help="weights' precision for generation (default auto: bfloat16 for models of 50M parameters "
+                        "or more where the hardware has bfloat16 instructions, else float32; lmstudy.weights_precision)")
     parser.add_argument("--max-queue", type=int, default=DEFAULT_MAX_QUEUE,
                         help="requests that may wait; beyond, a visitor is told the app is busy")
     args = parser.parse_args(argv)
     try:
-        demo = build_demo(args.model, args.max_queue)
+        demo = build_demo(args.model, args.max_queue, args.weights)
     except (InputError, ValueError, FileNotFoundError) as error:
         parser.exit(2, f"app.py: error: {error}\n")
     demo.launch(server_name=args.host, server_port=args.port, share=args.share, ssr_mode=False)

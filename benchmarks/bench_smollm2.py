@@ -17,8 +17,9 @@ threads (``--threads``), so every row is measured side by side on the same machi
   MFU = model FLOP/s / fp32 peak.
 - **generate**: what the app does for one request: ``lmstudy.ctrl.serving.prepare_comparison`` +
   ``stream_comparison`` (one batch, one KV cache) with 4 columns x ``--new-tokens`` (128) new tokens, greedy
-  (a column that writes its end-of-text token stops: the table gives the tokens written); per weights form (``lmstudy.weights_precision``: float32,
-  bfloat16, int8): time to the first tokens on screen and to all of them, median of ``--repeats``.
+  (a column that writes its end-of-text token stops: the table gives the tokens written); per weights form (float32 and bfloat16,
+  ``lmstudy.weights_precision``'s, and int8, PyTorch's dynamic quantisation of the linear layers, which the app
+  does not offer): time to the first tokens on screen and to all of them, median of ``--repeats``.
 - **quality**: WikiText-2 bits per byte of each weights form on the first ``--quality-tokens`` tokens of the
   detokenised test set (the protocol's scoring, the model's context), and the change against float32.
 
@@ -120,7 +121,7 @@ def train_rows(args, fp32_peak: float) -> list[dict]:
     model, _ = load_model(args.quick)
     fpt = flops_per_token(model, args.seq_len)
     del model
-    for compiled in (False, True):
+    for compiled in [mode == "on" for mode in args.compile]:
         for precision in ("no", "bf16"):
             mode = f"{'compiled' if compiled else 'eager'}, {'fp32' if precision == 'no' else 'bf16 autocast'}"
             try:
@@ -138,14 +139,30 @@ def train_rows(args, fp32_peak: float) -> list[dict]:
     return rows
 
 
+def model_with_weights(model, weights: str):
+    """The app's forms (``lmstudy.weights_precision``: float32, bfloat16) and ``int8``, which the app does not
+    offer: PyTorch's dynamic quantisation of every ``nn.Linear`` (per-channel int8 weights, activations quantised
+    per batch), measured here to show why."""
+    if weights != "int8":
+        from lmstudy.weights_precision import with_weights
+
+        return with_weights(model, weights)
+    import warnings
+
+    from torch.ao.quantization import per_channel_dynamic_qconfig, quantize_dynamic
+
+    with warnings.catch_warnings():  # torch.ao's notices that quantisation moves to torchao
+        warnings.simplefilter("ignore")
+        return quantize_dynamic(model.eval(), {torch.nn.Linear: per_channel_dynamic_qconfig}, dtype=torch.qint8)
+
+
 def generate_rows(args) -> list[dict]:
     from lmstudy.ctrl.serving import ServedModel, prepare_comparison, stream_comparison
-    from lmstudy.weights_precision import with_weights
 
     rows = []
     for weights in args.weights:
         model, tokenizer = load_model(args.quick)
-        served = ServedModel("bench", with_weights(model, weights), tokenizer, "plain", CODES)
+        served = ServedModel("bench", model_with_weights(model, weights), tokenizer, "plain", CODES)
         first, total = [], []
         for repeat in range(args.repeats + 1):  # the first request warms up (not counted)
             comparison = prepare_comparison(served, PROMPT, CODES, "greedy", 1.0, 0, 1.0, "none", 1.2,
@@ -168,12 +185,11 @@ def generate_rows(args) -> list[dict]:
 
 def quality_rows(args) -> list[dict]:
     from lmstudy.evaluation import context_size, score_texts, wikitext2_test_articles
-    from lmstudy.weights_precision import with_weights
 
     rows = []
     for weights in args.weights:
         model, tokenizer = load_model(args.quick)
-        model = with_weights(model, weights)
+        model = model_with_weights(model, weights)
         seq_len = context_size(model)
         score = score_texts(model, tokenizer, wikitext2_test_articles(), seq_len, batch_size=1,
                             max_tokens=args.quality_tokens)
@@ -190,6 +206,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--weights", nargs="+", default=["float32", "bfloat16", "int8"],
                         help="weights forms for generate and quality (float32 first: the reference)")
+    parser.add_argument("--compile", nargs="+", choices=("off", "on"), default=["off", "on"],
+                        help="train eager (off) and with torch.compile (on)")
     parser.add_argument("--batch-size", type=int, default=8)
     parser.add_argument("--seq-len", type=int, default=256)
     parser.add_argument("--steps", type=int, default=4, help="timed training steps per mode")

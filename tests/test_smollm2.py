@@ -198,6 +198,30 @@ def test_control_codes_and_the_app_take_a_llama(tiny_llama_folder):
     assert served.kind == "plain" and served.context == 128 and served.max_new_tokens == 64
 
 
+def test_the_app_serves_bfloat16_weights_close_to_float32_and_auto_keeps_small_models_in_float32(tiny_llama_folder,
+                                                                                               monkeypatch):
+    from lmstudy import weights_precision
+    from lmstudy.ctrl.serving import load_served_model
+
+    full = load_served_model(str(tiny_llama_folder))
+    light = load_served_model(str(tiny_llama_folder), weights="bfloat16")
+    assert light.weights == "bfloat16" and next(light.model.parameters()).dtype == torch.bfloat16
+    ids = torch.arange(1, 33).unsqueeze(0)
+    with torch.no_grad():
+        reference = torch.log_softmax(full.model(ids).logits.float(), -1)
+        lighter = torch.log_softmax(light.model(ids).logits.float(), -1)
+    assert not torch.equal(reference, lighter)  # really another precision
+    assert (reference.exp() - lighter.exp()).abs().sum(-1).max() < 0.05  # total variation distance, per position
+    assert load_served_model(str(tiny_llama_folder), weights="auto").weights == "float32"  # 0.3M parameters
+    monkeypatch.setattr(weights_precision, "AUTO_BFLOAT16_PARAMETERS", 1000)
+    monkeypatch.setattr(weights_precision, "native_bfloat16", lambda: True)
+    assert load_served_model(str(tiny_llama_folder), weights="auto").weights == "bfloat16"
+    monkeypatch.setattr(weights_precision, "native_bfloat16", lambda: False)
+    assert load_served_model(str(tiny_llama_folder), weights="auto").weights == "float32"
+    with pytest.raises(ValueError, match="weights must be one of auto, float32, bfloat16"):
+        weights_precision.with_weights(full.model, "int8")
+
+
 def test_methods_that_need_gpt2_blocks_refuse_a_llama_in_one_line(tiny_llama_folder):
     from lmstudy.entity import study as entity_study
     from lmstudy.krony.model import KroneckerConfig, compress

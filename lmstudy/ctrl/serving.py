@@ -73,6 +73,7 @@ from lmstudy.ctrl.model import CODES_FILE, STUDY, load_control_model
 from lmstudy.ctrl.sampling import PENALTIES, SamplingConfig
 from lmstudy.paths import REPO_ROOT, models_dir, runs_dir
 from lmstudy.pretrained import load_pretrained
+from lmstudy.weights_precision import chosen_weights, with_weights
 
 MAX_TEXT_CHARS = 20_000  # a prompt or a text to attribute; longer is refused before tokenising
 MAX_CODE_CHARS = 200
@@ -117,6 +118,7 @@ class ServedModel:
     kind: str  # "control" (a save_control_model folder) or "plain" (any causal LM: codes are text prefixes)
     codes: list[str]  # control: the model's codes; plain: suggested prefixes (Salesforce/ctrl's own codes)
     mixture: dict[str, float] | None = None  # control: the training mixture (the "empirical" prior)
+    weights: str = "float32"  # the precision it is served with (lmstudy.weights_precision)
 
     @property
     def context(self) -> int | None:
@@ -155,27 +157,32 @@ def allowed_checkpoints() -> dict[str, Path]:
     return {_label(p.parent): p.parent for p in found + runs}
 
 
-def load_served_model(id_or_path: str | Path, name: str | None = None) -> ServedModel:
-    """A control-code folder (``control_codes.json``) or any local Hugging Face causal LM."""
+def load_served_model(id_or_path: str | Path, name: str | None = None, weights: str = "float32") -> ServedModel:
+    """A control-code folder (``control_codes.json``) or any local Hugging Face causal LM, with ``weights``
+    precision (:mod:`lmstudy.weights_precision`: float32, bfloat16, or auto)."""
     path = Path(id_or_path).expanduser()
     name = name or str(id_or_path)
     if (path / CODES_FILE).is_file():
         loaded = load_control_model(path)
-        return ServedModel(name, loaded.model, loaded.tokenizer, "control", loaded.codes, loaded.mixture)
-    model, tokenizer, _ = load_pretrained(str(id_or_path))  # a folder, a fetched model's name or a cached hub id
-    suggested = sorted(getattr(tokenizer, "control_codes", {}) or {})  # Salesforce/ctrl's own codes
-    return ServedModel(name, model, tokenizer, "plain", suggested, None)
+        model, tokenizer, kind, codes, mixture = loaded.model, loaded.tokenizer, "control", loaded.codes, loaded.mixture
+    else:
+        model, tokenizer, _ = load_pretrained(str(id_or_path))  # a folder, a fetched model's name or a cached hub id
+        kind, mixture = "plain", None
+        codes = sorted(getattr(tokenizer, "control_codes", {}) or {})  # suggested: Salesforce/ctrl's own codes
+    weights = chosen_weights(model, weights)
+    return ServedModel(name, with_weights(model, weights), tokenizer, kind, codes, mixture, weights)
 
 
 class ModelRegistry:
     """The models the page can name (the allow-list, plus ``--model``) and the ones loaded.
 
     ``extra``: the ``--model`` argument, offered first. A model is loaded on first use and kept
-    (the last ``keep`` used), so each is loaded once per process."""
+    (the last ``keep`` used), so each is loaded once per process, with ``weights`` precision (``--weights``)."""
 
-    def __init__(self, extra: str | None = None, keep: int = 2) -> None:
+    def __init__(self, extra: str | None = None, keep: int = 2, weights: str = "auto") -> None:
         self.extra = extra
         self.keep = keep
+        self.weights = weights
         self._loaded: OrderedDict[str, ServedModel] = OrderedDict()
         self._lock = threading.Lock()
 
@@ -208,7 +215,7 @@ class ModelRegistry:
                 raise InputError(f"No model chosen: choose one in the Model list ({', '.join(choices)}).")
             if not isinstance(name, str) or name not in choices:
                 raise InputError(f"Unknown model {_shown(name)}: choose one of the list ({', '.join(choices)}).")
-            served = load_served_model(choices[name], name)
+            served = load_served_model(choices[name], name, self.weights)
             self._loaded[name] = served
             while len(self._loaded) > self.keep:
                 self._loaded.popitem(last=False)
