@@ -1,6 +1,7 @@
 # lmstudy: every command creates (or reuses) the local virtualenv .venv by itself, and fetches SmolLM2-135M.
 #   make demo    set up, then start the app (python app.py, http://127.0.0.1:7860)
 #   make test    set up, then run the tests (what CI runs through .ci/run)
+#   make test-fast  set up, then the unit tests only (no slow end-to-end checks, dry runs or notebooks): < 3 min
 #   make lab     set up, then open JupyterLab on the notebooks with the lmstudy kernel
 #   make bench   set up, then run the speed benchmarks in benchmarks/
 PYTHON ?= python3
@@ -16,7 +17,7 @@ STAMP := $(VENV)/.lmstudy-installed
 LAB_FLAGS ?= $(if $(filter 0,$(shell id -u)),--allow-root,)
 export MPLBACKEND ?= agg
 
-.PHONY: setup demo test lab bench data-verify clean-venv
+.PHONY: setup demo test test-fast lab bench data-verify clean-venv
 
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -46,6 +47,11 @@ test: setup
 	$(PY) -m lmstudy.krony.fused  # built before the tests (the paper dry runs' times leave it out); CI needs it
 	$(PY) -m pytest -q --durations=40 -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder \
 		--nbval-lax --nbval-current-env tests notebooks
+
+# The tier for iterating: every test not marked slow or paper_dry_run, no notebooks (about 2 minutes here, caches
+# cold); CI runs `make test`, which includes all of these.
+test-fast: setup
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile -m "not slow and not paper_dry_run" tests
 
 lab: setup
 	$(PY) -m ipykernel install --sys-prefix --name lmstudy --display-name "Python (lmstudy)"
