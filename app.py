@@ -48,6 +48,8 @@ from lmstudy.ctrl.serving import (
     ServedModel,
     attribute_text,
     fit_max_new_tokens,
+    on_model_thread,
+    run_on_model_thread,
     prepare_comparison,
     stream_comparison,
 )
@@ -163,7 +165,7 @@ def build_demo(model: str | None = None, max_queue: int = DEFAULT_MAX_QUEUE, wei
                                         max_new_tokens, seed, same_seed)
         status = " ".join(comparison.notices)
         last = 0.0
-        for columns in stream_comparison(current, comparison):
+        for columns in on_model_thread(stream_comparison(current, comparison)):
             done = all(column.finished for column in columns)
             if not done and time.perf_counter() - last < STREAM_INTERVAL:
                 continue
@@ -173,7 +175,7 @@ def build_demo(model: str | None = None, max_queue: int = DEFAULT_MAX_QUEUE, wei
             yield (*texts, *stats, status)
 
     def attribute(model_name, text, codes, prior):
-        table, notice = attribute_text(registry.get(model_name), text, codes, prior)
+        table, notice = run_on_model_thread(attribute_text, registry.get(model_name), text, codes, prior)
         chart = table[["code", "probability", "perplexity"]]
         shown = table[["rank", "code", "probability", "perplexity", "log_likelihood", "prior", "tokens"]].round(4)
         return gr.BarPlot(chart, x_label_angle=_label_angle(len(chart))), shown, notice

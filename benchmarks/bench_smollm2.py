@@ -20,6 +20,10 @@ threads (``--threads``), so every row is measured side by side on the same machi
   (a column that writes its end-of-text token stops: the table gives the tokens written); per weights form (float32 and bfloat16,
   ``lmstudy.weights_precision``'s, and int8, PyTorch's dynamic quantisation of the linear layers, which the app
   does not offer): time to the first tokens on screen and to all of them, median of ``--repeats``.
+- **app**: the same request through the running app (``python app.py --model smollm2``, its default
+  ``--weights auto``, a process of its own on a local port, as ``make demo`` runs it) from a ``gradio_client``
+  here, which looks for updates every 20 ms: time to the first streamed update and to the last, median of
+  ``--repeats`` (Gradio's queue and streaming included; a browser's drawing not).
 - **quality**: WikiText-2 bits per byte of each weights form on the first ``--quality-tokens`` tokens of the
   detokenised test set (the protocol's scoring, the model's context), and the change against float32.
 
@@ -48,7 +52,7 @@ import torch  # noqa: E402
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_OUT = REPO_ROOT / "figures" / "smollm2_speed.csv"
-PARTS = ("peak", "train", "generate", "quality")
+PARTS = ("peak", "train", "generate", "app", "quality")
 PROMPT = "The history of the city begins"
 CODES = ["Wikipedia:", "Books:", "News:", "Reviews:"]  # plain-text prefixes: SmolLM2 has no control codes
 
@@ -183,6 +187,61 @@ def generate_rows(args) -> list[dict]:
     return rows
 
 
+def app_rows(args) -> list[dict]:
+    """The same request through the running app: ``python app.py --model smollm2`` (its default weights) started
+    as a process of its own on a free local port, as ``make demo`` runs it, and a ``gradio_client`` in this one:
+    time to the first streamed update and to the last."""
+    import socket
+    import subprocess
+
+    import gradio_client
+
+    if args.quick:
+        model, tokenizer = load_model(True)
+        name = tempfile.mkdtemp(prefix="bench_smollm2_model_")
+        model.save_pretrained(name)
+        tokenizer.save_pretrained(name)
+    else:
+        name = "smollm2"
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    server = subprocess.Popen([sys.executable, str(REPO_ROOT / "app.py"), "--model", name, "--port", str(port)],
+                              cwd=REPO_ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    first, total = [], []
+    try:
+        deadline = time.monotonic() + 300
+        while True:  # the app loads its model before it listens
+            try:
+                client = gradio_client.Client(f"http://127.0.0.1:{port}/", verbose=False, download_files=False)
+                break
+            except Exception:
+                if server.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError(f"python app.py --model {name} did not start (exit code {server.poll()})")
+                time.sleep(1)
+        for repeat in range(args.repeats + 1):  # the first request warms up (not counted)
+            start = time.perf_counter()
+            job = client.submit(name, PROMPT, len(CODES), *CODES, "greedy", 1.0, 0, 1.0, "none", 1.2,
+                                args.new_tokens, 0, True, api_name="/compare")
+            first_at = None
+            while not job.done():  # polled every 20 ms: iterating a Job busy-waits (1 ms sleeps), stealing a core
+                if first_at is None and job.outputs():
+                    first_at = time.perf_counter() - start
+                time.sleep(0.02)
+            job.result()
+            first_at = first_at or time.perf_counter() - start
+            if repeat:
+                first.append(first_at)
+                total.append(time.perf_counter() - start)
+    finally:
+        server.terminate()
+        server.wait(timeout=60)
+    row = {"part": "app", "mode": "app, default weights", "first_token_s": statistics.median(first),
+           "seconds": statistics.median(total), "new_tokens": len(CODES) * args.new_tokens}
+    print(f"  app: first {row['first_token_s']:.2f} s, all in {row['seconds']:.2f} s", file=sys.stderr)
+    return [row]
+
+
 def quality_rows(args) -> list[dict]:
     from lmstudy.evaluation import context_size, score_texts, wikitext2_test_articles
 
@@ -243,6 +302,8 @@ def main(argv=None) -> list[dict]:
         rows += train_rows(args, fp32_peak)
     if "generate" in args.parts:
         rows += generate_rows(args)
+    if "app" in args.parts:
+        rows += app_rows(args)
     if "quality" in args.parts:
         rows += quality_rows(args)
     columns = ["part", "mode", "tokens_per_s", "seconds", "gflops", "mfu", "first_token_s", "new_tokens",

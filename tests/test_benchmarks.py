@@ -146,11 +146,13 @@ def test_smollm2_bench_quick_measures_every_part_on_a_tiny_llama(tmp_path):
     rows = read_rows(out)
     assert [(r["part"], r["mode"]) for r in rows] == [
         ("peak", "sgemm fp32"), ("peak", "gemm bf16"), ("train", "eager, fp32"), ("train", "eager, bf16 autocast"),
-        ("generate", "float32"), ("generate", "int8"), ("quality", "float32"), ("quality", "int8")]
+        ("generate", "float32"), ("generate", "int8"), ("app", "app, default weights"),
+        ("quality", "float32"), ("quality", "int8")]
     peak = float(rows[0]["gflops"])
     for row in rows[2:4]:
         assert float(row["mfu"]) == pytest.approx(float(row["gflops"]) / peak, rel=1e-4)
     for row in rows[4:6]:
         assert 0 < float(row["first_token_s"]) <= float(row["seconds"]) and int(row["new_tokens"]) > 0
-    reference, int8 = (float(row["bits_per_byte"]) for row in rows[6:])
-    assert float(rows[7]["vs_float32"]) == pytest.approx(int8 / reference - 1, rel=1e-6, abs=1e-12)
+    assert 0 < float(rows[6]["first_token_s"]) <= float(rows[6]["seconds"])
+    reference, int8 = (float(row["bits_per_byte"]) for row in rows[7:])
+    assert float(rows[8]["vs_float32"]) == pytest.approx(int8 / reference - 1, rel=1e-6, abs=1e-12)

@@ -42,6 +42,8 @@ Decisions:
   *last* tokens (the ones next to the continuation) and the page says so.
 - **Showing what was typed**: a code is shown in a column's Markdown stats line through
   :func:`markdown_literal` (HTML escaped, Markdown punctuation backslashed), so it is shown, not rendered.
+- **One model thread.** Loading, every decoding step and every attribution run on one thread
+  (:func:`run_on_model_thread`, :func:`on_model_thread`; why: the comment above them).
 - **Comparison.** One batch, one KV cache, one decoding loop: ``generation.stream_rows`` (the loop
   ``generate_codes`` uses), so with greedy decoding a column equals ``generate_codes``'s output.
   "Same seed" gives every column the seed (common random numbers: columns differ by their codes
@@ -56,6 +58,7 @@ import html
 import math
 import re
 import threading
+from concurrent.futures import ThreadPoolExecutor
 import time
 import unicodedata
 from collections import OrderedDict
@@ -215,7 +218,7 @@ class ModelRegistry:
                 raise InputError(f"No model chosen: choose one in the Model list ({', '.join(choices)}).")
             if not isinstance(name, str) or name not in choices:
                 raise InputError(f"Unknown model {_shown(name)}: choose one of the list ({', '.join(choices)}).")
-            served = load_served_model(choices[name], name, self.weights)
+            served = run_on_model_thread(load_served_model, choices[name], name, self.weights)
             self._loaded[name] = served
             while len(self._loaded) > self.keep:
                 self._loaded.popitem(last=False)
@@ -534,6 +537,30 @@ class Column:
         if self.finished:
             parts.append("done")
         return " · ".join(parts)
+
+
+# Every computation of the models runs on one thread. Each OS thread that calls into torch gets an OpenMP team of
+# its own; once a second team exists, the threads outnumber the cores and libgomp lets every team spin only briefly
+# before sleeping (its "throttled" spin), which slows the many small operations of a decoding step for good, on
+# every thread. Gradio runs handlers (and each step of a streaming one) on whichever worker thread is free, so the
+# app sends the loading, each generation step and each attribution here: SmolLM2's 4 x 128 tokens take 3.0 s
+# this way, 4.5-4.8 s once a second thread has computed (2 cores).
+_MODEL_THREAD = ThreadPoolExecutor(max_workers=1, thread_name_prefix="lmstudy-model")
+
+
+def run_on_model_thread(function, *args):
+    """``function(*args)`` run on the one model thread (comment above); its result or its exception."""
+    return _MODEL_THREAD.submit(function, *args).result()
+
+
+def on_model_thread(steps: Iterator):
+    """Iterate the generator ``steps`` with each of its steps (and its closing) run on the one model thread."""
+    end = object()
+    try:
+        while (item := run_on_model_thread(next, steps, end)) is not end:
+            yield item
+    finally:
+        run_on_model_thread(steps.close)  # a consumer that stops early (a closed tab) closes it there
 
 
 def stream_comparison(served: ServedModel, comparison: Comparison) -> Iterator[list[Column]]:
