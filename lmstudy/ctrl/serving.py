@@ -58,11 +58,11 @@ import html
 import math
 import re
 import threading
-from concurrent.futures import ThreadPoolExecutor
 import time
 import unicodedata
 from collections import OrderedDict
 from collections.abc import Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
