@@ -49,10 +49,11 @@ from lmstudy.ctrl.serving import (
     attribute_text,
     fit_max_new_tokens,
     on_model_thread,
-    run_on_model_thread,
     prepare_comparison,
+    run_on_model_thread,
     stream_comparison,
 )
+from lmstudy.training import count_parameters
 from lmstudy.weights_precision import WEIGHTS
 
 STREAM_INTERVAL = 0.1  # seconds between two updates of the page while generating
@@ -97,7 +98,7 @@ def _user_errors(fn):
 
 
 def _model_summary(served: ServedModel) -> str:
-    parameters = sum(p.numel() for p in served.model.parameters())
+    parameters = count_parameters(served.model)
     kind = ("control-code model: codes are special tokens" if served.kind == "control"
             else "plain causal LM: codes are typed text prefixes")
     context = f" · context {served.context} tokens" if served.context else ""

@@ -100,10 +100,10 @@ class BenchTask(TimedLMTask):
         return super().evaluate(getattr(model, "_orig_mod", model))
 
 
-def sgemm_gflops(n: int, reps: int) -> float:
-    """fp32 matmul rate at the current thread count: 2 n^3 / median seconds of ``reps`` products."""
-    a, b = torch.randn(n, n), torch.randn(n, n)
-    out = torch.empty(n, n)
+def sgemm_gflops(n: int, reps: int, dtype: torch.dtype = torch.float32) -> float:
+    """Matmul rate (fp32 unless ``dtype``) at the current thread count: 2 n^3 / median seconds of ``reps`` products."""
+    a, b = torch.randn(n, n, dtype=dtype), torch.randn(n, n, dtype=dtype)
+    out = torch.empty(n, n, dtype=dtype)
     for _ in range(2):
         torch.mm(a, b, out=out)
     times = []

@@ -40,7 +40,6 @@ import statistics
 import sys
 import tempfile
 import time
-from dataclasses import replace
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the sibling benchmarks
@@ -49,6 +48,8 @@ from bench_base_throughput import sgemm_gflops  # noqa: E402
 from bench_training_loop import TimedLMTask  # noqa: E402
 
 import torch  # noqa: E402
+
+from lmstudy.training import count_parameters  # noqa: E402
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_OUT = REPO_ROOT / "figures" / "smollm2_speed.csv"
@@ -79,22 +80,13 @@ def flops_per_token(model, seq_len: int) -> float:
     """Training FLOPs per token: 6 N + 12 L d T (module docstring)."""
     config = model.config
     attention_width = config.num_attention_heads * getattr(config, "head_dim", config.hidden_size // config.num_attention_heads)
-    parameters = sum(p.numel() for p in model.parameters())  # tied embeddings counted once: the output matmul
+    parameters = count_parameters(model)  # tied embeddings counted once: the output matmul
     return 6 * parameters + 12 * config.num_hidden_layers * attention_width * seq_len
 
 
 def peak(args) -> list[dict]:
-    rows = [{"part": "peak", "mode": "sgemm fp32", "gflops": sgemm_gflops(args.sgemm_n, args.sgemm_reps)}]
-    a, b = torch.randn(args.sgemm_n, args.sgemm_n).bfloat16(), torch.randn(args.sgemm_n, args.sgemm_n).bfloat16()
-    for _ in range(2):
-        a @ b
-    times = []
-    for _ in range(args.sgemm_reps):
-        start = time.perf_counter()
-        a @ b
-        times.append(time.perf_counter() - start)
-    rows.append({"part": "peak", "mode": "gemm bf16", "gflops": 2 * args.sgemm_n**3 / statistics.median(times) / 1e9})
-    return rows
+    return [{"part": "peak", "mode": "sgemm fp32", "gflops": sgemm_gflops(args.sgemm_n, args.sgemm_reps)},
+            {"part": "peak", "mode": "gemm bf16", "gflops": sgemm_gflops(args.sgemm_n, args.sgemm_reps, torch.bfloat16)}]
 
 
 def train_seconds_per_step(args, compiled: bool, precision: str) -> float:
@@ -282,13 +274,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     if args.weights[0] != "float32":
         parser.error("--weights must start with float32 (the reference the others are compared with)")
     if args.quick:
-        args = replace_args(args, batch_size=2, seq_len=32, steps=2, warmup=1, new_tokens=8, repeats=1,
+        vars(args).update(batch_size=2, seq_len=32, steps=2, warmup=1, new_tokens=8, repeats=1,
                             quality_tokens=300, sgemm_n=256, sgemm_reps=2)
     return args
-
-
-def replace_args(args: argparse.Namespace, **values) -> argparse.Namespace:
-    return argparse.Namespace(**{**vars(args), **values})
 
 
 def main(argv=None) -> list[dict]:

@@ -22,6 +22,8 @@ from pathlib import Path
 
 import torch
 
+from lmstudy.training import count_parameters
+
 WEIGHTS = ("auto", "float32", "bfloat16")
 AUTO_BFLOAT16_PARAMETERS = 50_000_000
 
@@ -42,7 +44,7 @@ def chosen_weights(model: torch.nn.Module, weights: str) -> str:
         raise ValueError(f"weights must be one of {', '.join(WEIGHTS)}, not {weights!r}")
     if weights != "auto":
         return weights
-    large = sum(p.numel() for p in model.parameters()) >= AUTO_BFLOAT16_PARAMETERS
+    large = count_parameters(model) >= AUTO_BFLOAT16_PARAMETERS
     return "bfloat16" if large and native_bfloat16() else "float32"
 
 
