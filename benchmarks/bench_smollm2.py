@@ -275,7 +275,7 @@ def parse_args(argv=None) -> argparse.Namespace:
         parser.error("--weights must start with float32 (the reference the others are compared with)")
     if args.quick:
         vars(args).update(batch_size=2, seq_len=32, steps=2, warmup=1, new_tokens=8, repeats=1,
-                            quality_tokens=300, sgemm_n=256, sgemm_reps=2)
+                          quality_tokens=300, sgemm_n=256, sgemm_reps=2)
     return args
 
 
