@@ -62,3 +62,22 @@ def test_no_evaluation_text_is_in_the_base_training_stream():
         assert set(dropped) <= set(pretrain.keys)
         stream.append(pretrain.select(i for i, key in enumerate(pretrain.keys) if key not in dropped).hashes)
     assert leaked(evaluation, coverage(evaluation, *stream)) == {}
+
+
+def test_every_pretraining_split_leaves_out_evaluation_near_duplicates():
+    """The books pretrain part (read by the Welch embeddings, not only the base) drops the LitBank chunk holding
+    51% of LAMBADA passage test-03454 (The Hound of the Baskervilles), and what a reader of the part gets has no
+    evaluation text half inside it."""
+    from lmstudy.data.splits import document_key, pretrain_dropped, split_documents
+
+    require_domain_corpora(["books"])
+    for _, corpus, _, _ in EXTERNAL_EVALUATION:
+        require_corpus(corpus)
+    dropped = pretrain_dropped("books")
+    assert "lambada test|lambada:test-03454" in dropped["litbank:2852-00006"]
+    read = {document_key("litbank", document) for document in split_documents("books", "pretrain")}
+    assert "litbank:2852-00006" not in read and not read & set(dropped)
+    assert len(read) == load_split("books").documents["pretrain"] - len(dropped)
+    sets = domain_shingles("books")
+    stream = sets.select(i for i, key in enumerate(sets.keys) if key in read)
+    assert leaked(evaluation_shingles(), coverage(evaluation_shingles(), stream.hashes)) == {}

@@ -218,6 +218,12 @@ def fake_domain(tmp_path, monkeypatch):
     monkeypatch.setenv("LMSTUDY_FIGURES", str(tmp_path / "figures"))
     monkeypatch.setattr(splits, "SPLITS_DIR", tmp_path / "splits")
     monkeypatch.setattr(splits, "iter_domain_documents", lambda domain, limit=None: iter(documents))
+    # The pretrain part's evaluation-text filter reads every domain's evaluation texts: here the fake domain's
+    # own valid/test only (a test adds external ones through _external_evaluation_texts).
+    monkeypatch.setattr(splits, "SHUFFLED_DOMAINS", ("irc",))
+    monkeypatch.setattr(splits, "BASE_DOMAINS", ("irc",))
+    monkeypatch.setattr(splits, "EXTERNAL_EVALUATION", ())
+    monkeypatch.setattr(splits, "_external_evaluation_texts", lambda: iter(()))
     return documents, splits.build_split("irc", targets=TARGETS)
 
 
@@ -278,9 +284,6 @@ def test_base_training_stream_drops_evaluation_copies(fake_domain, monkeypatch):
     copied_key, copied = pretrain[3]
     external = [("lambada test|lambada:1", copied.text.lower(), None),  # a copy, case aside
                 ("lambada test|lambada:2", "words that are in no fake document at all", None)]
-    monkeypatch.setattr(splits, "SHUFFLED_DOMAINS", ("irc",))
-    monkeypatch.setattr(splits, "BASE_DOMAINS", ("irc",))
-    monkeypatch.setattr(splits, "EXTERNAL_EVALUATION", ())
     monkeypatch.setattr(splits, "_external_evaluation_texts", lambda: iter(external))
     evaluation = splits.evaluation_shingles()
     assert evaluation.keys[:2] == ["lambada test|lambada:1", "lambada test|lambada:2"]
@@ -293,6 +296,12 @@ def test_base_training_stream_drops_evaluation_copies(fake_domain, monkeypatch):
     stream = list(splits.base_training_documents())
     assert [key for _, key, _ in stream] == [key for key, _ in pretrain if key != copied_key]
     assert {domain for domain, _, _ in stream} == {"irc"}
+    # Every reader of the pretrain part leaves the copy out, not the base's stream only: the token cache (the
+    # Welch embeddings and the rare-word tables read it) and split_documents.
+    kept_text = [sentence for key, document in pretrain if key != copied_key for sentence in normalise_ptb(document.text)]
+    assert splits.split_tokens("irc", "pretrain") == kept_text
+    assert [d.text for d in splits.split_documents("irc", "pretrain")] == [d.text for k, d in pretrain if k != copied_key]
+    assert splits.pretrain_dropped("irc") == irc["dropped"] and splits.pretrain_dropped("my_corpus") == {}
     # The second call reads the cached manifest.
     monkeypatch.setattr(splits, "evaluation_shingles", lambda: pytest.fail("manifest recomputed"))
     assert splits.base_training_manifest() == manifest

@@ -265,7 +265,7 @@ def shared_shingle_counts(
     hashes, docs, is_left = hashes[order], docs[order], is_left[order]
     del order
     # Runs of equal hashes: [run_start, run_end) for every entry.
-    starts = np.flatnonzero(np.r_[True, hashes[1:] != hashes[:-1]])
+    starts = np.flatnonzero(np.r_[True, hashes[1:] != hashes[:-1]]) if len(hashes) else np.zeros(0, np.int64)
     lengths = np.diff(np.r_[starts, len(hashes)])
     run_end = np.repeat(starts + lengths, lengths)
     if within:  # partners: the later entries of the run

@@ -542,9 +542,12 @@ def _iter_parts(domain: str, parts: set[str]) -> Iterator[tuple[str, str, Docume
                     yield part, document_key(corpus, document), document
         return
     split = load_split(domain)
+    # The pretrain part never holds an evaluation text's near-duplicate, whoever reads it (the base's stream, the
+    # Welch embeddings, the rare-word tables): the manifest's drops apply here, the one place parts are read.
+    dropped = pretrain_dropped(domain) if "pretrain" in parts else {}
     for key, document in iter_domain_documents(domain):
         part = split.part_of(key)
-        if part in parts:
+        if part in parts and not (part == "pretrain" and key in dropped):
             yield part, key, document
 
 
@@ -555,11 +558,17 @@ def _cache_paths(domain: str, part: str) -> tuple[Path, Path]:
     return folder / f"{domain}.{part}.txt", folder / f"{domain}.{part}.json"
 
 
-def _cache_stamp(domain: str) -> dict:
-    """What a cache file must have been built from: the split file's hash and the normaliser version."""
+def _split_sha256(domain: str) -> str:
     split_bytes = split_path(domain).read_bytes() if split_path(domain).is_file() else b""
-    return {"split_sha256": hashlib.sha256(split_bytes).hexdigest(),
-            "normalisation": _normalisation(get_domain(domain))}
+    return hashlib.sha256(split_bytes).hexdigest()
+
+
+def _cache_stamp(domain: str) -> dict:
+    """What a cache file must have been built from: the split file's hash, the normaliser version and the
+    pretrain part's evaluation-text filter (the hash of the keys it drops)."""
+    dropped = "\n".join(sorted(pretrain_dropped(domain)))
+    return {"split_sha256": _split_sha256(domain), "normalisation": _normalisation(get_domain(domain)),
+            "pretrain_filter_sha256": hashlib.sha256(dropped.encode()).hexdigest()}
 
 
 def token_file(domain: str, part: str) -> Path:
@@ -678,7 +687,7 @@ def _load_shingles(name: str, stamp: dict) -> ShingleSets | None:
 
 
 def _domain_shingle_stamp(domain: str) -> dict:
-    return {"split_sha256": _cache_stamp(domain)["split_sha256"], "dedup": DEDUP_VERSION}
+    return {"split_sha256": _split_sha256(domain), "dedup": DEDUP_VERSION}
 
 
 def domain_shingles(domain: str) -> ShingleSets:
@@ -785,15 +794,15 @@ def _base_manifest_stamp() -> dict:
 
     corpora = {corpus for _, corpus, _, _ in EXTERNAL_EVALUATION}
     return {
-        "split_sha256": {domain: _cache_stamp(domain)["split_sha256"] for domain in SHUFFLED_DOMAINS},
+        "split_sha256": {domain: _split_sha256(domain) for domain in SHUFFLED_DOMAINS},
         "evaluation_files": {path: digest for path, digest in CHECKSUMS.items() if path.split("/")[0] in corpora},
         "dedup": DEDUP_VERSION, "drop_fraction": BASE_DROP_FRACTION, "domains": list(BASE_DOMAINS),
     }
 
 
 def base_training_manifest() -> dict:
-    """Which pretrain documents the shared base model may not train on, and why (see
-    :func:`base_training_documents`). Returns ``{"stamp", "rule", "domains": {domain: {"pretrain":
+    """Which pretrain documents near-duplicate an evaluation text, and why: left out of every pretrain part's
+    readers (:func:`pretrain_dropped`; the shared base's stream, :func:`base_training_documents`, among them). Returns ``{"stamp", "rule", "domains": {domain: {"pretrain":
     documents, "kept": documents, "dropped": {key: reason}, "dropped_by_set": {evaluation set: n},
     "dropped_by_rule": {rule: n}}}}``.
 
@@ -847,6 +856,19 @@ def base_training_manifest() -> dict:
     return manifest
 
 
+def pretrain_dropped(domain: str) -> dict[str, str]:
+    """The documents of ``domain``'s pretrain part that near-duplicate an evaluation text, with the reason
+    (:func:`base_training_manifest`'s rule): left out of the pretrain part for every reader (:func:`_iter_parts`).
+    Empty for a user corpus (no evaluation texts are checked against it) and for a domain whose pretrain part
+    is another's (PTB reads news's, filtered there)."""
+    if domain not in BASE_DOMAINS:
+        if domain in SHUFFLED_DOMAINS:
+            raise ValueError(f"domain {domain!r} has a pretrain part but is not in BASE_DOMAINS: the "
+                             "evaluation-text filter would not cover it")
+        return {}
+    return base_training_manifest()["domains"][domain]["dropped"]
+
+
 def base_training_documents(domains: Iterable[str] = ()) -> Iterator[tuple[str, str, Document]]:
     """The raw documents the shared base model may train on, as ``(domain, key, Document)``.
 
@@ -861,17 +883,14 @@ def base_training_documents(domains: Iterable[str] = ()) -> Iterator[tuple[str, 
     when its pieces are spread over several training documents. Which documents were dropped and why:
     :func:`base_training_manifest`. Not shuffled: the consumer mixes domains as it needs.
     """
-    manifest = base_training_manifest()
     for domain in domains or BASE_DOMAINS:  # one domain at a time: the base's data takes a share of each
-        dropped = manifest["domains"][domain]["dropped"]
-        for _, key, document in _iter_parts(domain, {"pretrain"}):
-            if key not in dropped:
-                yield domain, key, document
+        for _, key, document in _iter_parts(domain, {"pretrain"}):  # the manifest's drops left out there
+            yield domain, key, document
 
 
 __all__ = ["BASE_DOMAINS", "DOMAINS", "PARTS", "SHUFFLED_DOMAINS", "DomainSpec", "DomainTable", "Split",
            "SplitTargets", "assign_split", "base_training_documents", "base_training_manifest",
            "build_all_splits", "build_split", "build_token_cache", "document_key", "document_sentences",
            "domain_shingles", "evaluation_shingles", "iter_domain_documents", "iter_split_sentences",
-           "load_split", "part_shingles", "read_domain", "split_counts", "split_documents", "split_path",
+           "load_split", "part_shingles", "pretrain_dropped", "read_domain", "split_counts", "split_documents", "split_path",
            "split_table", "split_tokens", "token_file", "user_domain", "wikitext_eval_titles"]
