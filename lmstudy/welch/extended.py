@@ -63,7 +63,10 @@ import torch
 from torch import nn
 from transformers import GPT2Config, GPT2Model
 
-from lmstudy.claims import ClaimRow, claims_table, spreads
+from lmstudy.claims import ClaimRow, by_seed, claims_table, differences, spreads, trend, trend_rows, unpaired
+from lmstudy.paths import figures_dir
+from lmstudy.welch.claim_rows import compare, practical_threshold, show
+from lmstudy.welch.recommendation import base_cell_runs
 from lmstudy.plots import strip_points
 from lmstudy.data.splits import FORMAT_VERSION, iter_split_sentences, load_split, split_tokens
 from lmstudy.welch.embeddings import PretrainConfig, align_to_vocab, load_glove, pretrained_vectors
@@ -232,11 +235,6 @@ def _spreads(table: pd.DataFrame, column: str) -> pd.DataFrame:
     return cells.loc[[label for label in LABELS.values() if label in cells.index]]
 
 
-def _mean(table: pd.DataFrame, column: str) -> pd.DataFrame:
-    """Mean valid ppl over seeds: rows = configuration (paper order), columns = the values of ``column``."""
-    return _spreads(table, column).map(lambda spread: spread.mean, na_action="ignore").astype(float)
-
-
 def format_summary(table: pd.DataFrame, column: str) -> pd.DataFrame:
     """Valid ppl over seeds as "mean ± std" strings (std omitted with one seed; "" where not run): rows =
     configuration (paper order), columns = the values of ``column``."""
@@ -284,99 +282,234 @@ def table6(params: dict) -> pd.DataFrame:
 
 # --- claims -------------------------------------------------------------------------------------
 
-def _gain(mean: pd.DataFrame, column) -> float:
-    """standard minus ours, in percent of standard (positive: ours better). Relative, because the
-    perplexity levels of different K or data sizes are not on one scale (a larger K maps more words to
-    one easy UNK and lowers every perplexity)."""
-    return 100 * (mean.loc[STANDARD, column] - mean.loc[OURS, column]) / mean.loc[STANDARD, column]
+# Our domains stand in for the paper's (module docstring): the paper's column each one is shown beside.
+PAPER_DOMAIN = {"news": "NANC", "irc": "IRC", "reddit": "Reddit", "wikipedia": "Wiki", "books": "Cord", "imdb": "Cord"}
+VERY_CLOSE_PCT = 3.0  # "very close to the best": within 3% (the paper's own case, Wiki 144 vs 141, is 2.1%)
+V1_NOTE = ("v1 splits: runs of git bb13faa, c974922, afb0896 (2026-11-23); the study command now retrains on the "
+           "v2 splits")
+
+
+def _paper_gap(table: pd.DataFrame, column) -> str:
+    return f"{table.loc[STANDARD, column] - table.loc[OURS, column]:.1f}"
 
 
 def claims(t2: pd.DataFrame | None = None, t3: pd.DataFrame | None = None, t5: pd.DataFrame | None = None,
            t6: pd.DataFrame | None = None, search: pd.DataFrame | None = None,
-           t7: pd.DataFrame | None = None, transformer: pd.DataFrame | None = None) -> pd.DataFrame:
-    """One row per question of the issue (claim, verdict, evidence): holds / does not hold / not run, with the
-    numbers (vocabulary of :mod:`lmstudy.claims`)."""
+           t7: pd.DataFrame | None = None, transformer: pd.DataFrame | None = None,
+           unk: pd.DataFrame | None = None, note: str = "") -> pd.DataFrame:
+    """The paper's Section 3 claims on the notebook's tables, each through :mod:`lmstudy.claims` (validation
+    perplexity, paired over the seeds both sides ran: :func:`lmstudy.welch.claim_rows.compare`; a side with seed 0
+    only gives ``one seed``). ``unk``: :func:`unk_table` (Table 3's levels); ``note``: copied into every row
+    (e.g. the split version of published tables). One row per comparison:
+
+    - Table 2, per domain: "Pretraining consistently helps" (standard + pretraining vs standard); "freezing is
+      best on all but Wikipedia" (ours vs ours, not frozen); "Our approach is consistently either the best or
+      very close to the best": non-inferiority, per seed the best other configuration (by mean) plus
+      :data:`VERY_CLOSE_PCT` percent minus ours (> 0: within the margin or better).
+    - Table 3: "the benefit of our approach grows as more rare words are present (i.e., K is smaller)". The
+      benefit is the **absolute** gap standard - ours in perplexity points, the paper's own measure: the paper
+      speaks of gaps in points throughout ("the difference is only 0.5", "the 0.7 gap ... widens to 6.6") and
+      its Table 3 gaps (15.2, 13.9, 4.1, 0.9) are points. (Relative gaps are shown beside them: perplexities
+      of different K are not on one scale, and in percent of standard our gaps do not fall.) The trend is read
+      over the share of dev word types that keep their own word (100 - the UNK'd dev types of ``unk``), which
+      grows as K shrinks: "toward the paper" = the gap grows as more rare words are present.
+    - Table 5: ours with in-domain vectors against ours with each larger out-of-domain source.
+    - Table 6, per LM-data multiple: ours ahead of standard (the effect), and "the margin shrinks" as the
+      trend (of minus the margin, so that "toward the paper" = shrinking).
+    - Figure 1: with the same sampled hyperparameters ours beats the baseline (paired over trials: the unit
+      is a sampled configuration, not a seed); "tuning widens the gap": the gap of the best trials against
+      the base cell's gap at the preset hyperparameters.
+    - Table 7 (word level): ours against the baseline AWD-LSTM and against the n-gram (one run each).
+    - Beyond the paper: ours against standard on the word-level transformer, per vector scale.
+    """
     rows: list[ClaimRow] = []
 
-    def add(claim: str, verdict: str, evidence: str) -> None:
-        rows.append(ClaimRow(claim, verdict, evidence))
+    def side(table: pd.DataFrame, label: str, **where) -> pd.Series:
+        return by_seed(table, "valid_ppl", label=label, **where)
 
-    q = "Table 2: pretraining helps and freezing is best on most domains"
-    if t2 is not None and {"standard + pretraining", "ours, not frozen"} <= set(t2["label"]):
-        mean = _mean(t2, "domain")
-        helps = [d for d in mean if mean.loc["standard + pretraining", d] < mean.loc[STANDARD, d]]
-        frozen = [d for d in mean if mean.loc[OURS, d] < mean.loc["ours, not frozen", d]]
-        ok = len(helps) == mean.shape[1] and 2 * len(frozen) > mean.shape[1]
-        add(q, "holds" if ok else "does not hold",
-            f"pretraining helps on {len(helps)}/{mean.shape[1]} ({', '.join(helps) or '-'}); freezing better on "
-            f"{len(frozen)}/{mean.shape[1]}; " + "; ".join(
-                f"{d}: standard {mean.loc[STANDARD, d]:.1f}, ours {mean.loc[OURS, d]:.1f}" for d in mean))
+    def not_run(claim: str, why: str, paper: str = "", **fields) -> None:
+        rows.append(ClaimRow.not_run(claim, _joined(why, note), paper=paper, **fields))
+
+    def paper_cell(table: pd.DataFrame, label: str, column) -> str:
+        value = table.loc[label, column]
+        return "-" if pd.isna(value) else f"{value:g}"
+
+    # Table 2
+    pretraining = "Pretraining consistently helps (standard + pretraining vs standard)"
+    freezing = "freezing is best on all but Wikipedia (ours vs ours, not frozen)"
+    close = "Our approach is consistently either the best or very close to the best"
+    if t2 is not None and {STANDARD, OURS, "standard + pretraining", "ours, not frozen"} <= set(t2["label"]):
+        for domain in dict.fromkeys(t2["domain"]):
+            column = PAPER_DOMAIN.get(domain)
+            paper = (lambda a, b: f"{column}: {a} {paper_cell(PAPER_TABLE2, a, column)} vs {b} "
+                     f"{paper_cell(PAPER_TABLE2, b, column)}") if column else (lambda a, b: "")
+            rows.append(compare(pretraining, side(t2, "standard + pretraining", domain=domain),
+                                side(t2, STANDARD, domain=domain), names=("standard + pretraining", STANDARD),
+                                paper=paper("standard + pretraining", STANDARD), dataset=domain, note=note))
+            rows.append(compare(freezing, side(t2, OURS, domain=domain), side(t2, "ours, not frozen", domain=domain),
+                                names=(OURS, "ours, not frozen"), paper=paper(OURS, "ours, not frozen"),
+                                dataset=domain, note=note))
+            part = t2[t2["domain"] == domain]
+            means = part.groupby("label")["valid_ppl"].mean().drop(OURS)
+            best = means.idxmin()
+            ours, other = side(part, OURS), side(part, best)
+            margin = (other * (1 + VERY_CLOSE_PCT / 100) - ours).dropna()  # > 0: ours within the margin, or better
+            best_paper = PAPER_TABLE2[column].drop(OURS).min() if column else None
+            rows.append(ClaimRow(
+                close, differences(margin), dataset=domain, digits=1,
+                paper=f"{column}: ours {paper_cell(PAPER_TABLE2, OURS, column)}, best other {best_paper:g}"
+                if column else "", ours=f"ours {show(ours)} vs the best other ({best}) {show(other)}",
+                note=_joined(f"effect: the best other + {VERY_CLOSE_PCT:g}% minus ours (> 0: very close or better)",
+                             note)))
     else:
-        add(q, "not run", "needs the section3 configurations")
+        for claim in (pretraining, freezing, close):
+            not_run(claim, "needs the section3 configurations in Table 2")
 
-    q = "Table 3: the benefit of ours grows as K shrinks"
-    if t3 is not None and t3["unk_cutoff"].nunique() > 1:
-        mean = _mean(t3, "unk_cutoff")
-        gains = {k: _gain(mean, k) for k in sorted(mean)}
-        ok = gains[min(gains)] > gains[max(gains)]
-        monotone = all(a >= b for a, b in zip(list(gains.values()), list(gains.values())[1:]))
-        add(q, "holds" if ok else "does not hold", "(standard - ours) / standard: " + ", ".join(
-            f"K={k}: {g:+.1f}%" for k, g in gains.items()) + ("" if monotone else " (not monotone)"))
+    # Table 3
+    claim = ("Table 3 shows a clear trend: the benefit of our approach grows as more rare words are present "
+             "(i.e., K is smaller)")
+    paper = ("gap standard - ours (NANC): " + ", ".join(f"K={k} {_paper_gap(PAPER_TABLE3, k)}" for k in PAPER_TABLE3)
+             + " points")
+    if t3 is not None and t3["unk_cutoff"].nunique() > 1 and unk is not None:
+        kept = {int(k): round(100 - float(unk.loc["dev_type_pct", k]), 1) for k in unk.columns}
+        cutoffs = sorted((k for k in t3["unk_cutoff"].unique() if int(k) in kept), key=lambda k: kept[int(k)])
+        gaps = [(side(t3, STANDARD, unk_cutoff=k) - side(t3, OURS, unk_cutoff=k)).dropna() for k in cutoffs]
+        texts = [f"K={k}: standard {show(side(t3, STANDARD, unk_cutoff=k))} vs ours {show(side(t3, OURS, unk_cutoff=k))};"
+                 f" gap {100 * gap.mean() / side(t3, STANDARD, unk_cutoff=k).mean():.1f}% of standard"
+                 for k, gap in zip(cutoffs, gaps)]
+        smallest = min(float(side(t3, label, unk_cutoff=k).mean()) for k in cutoffs for label in (STANDARD, OURS))
+        levels = ", ".join(f"K={k}: {kept[int(k)]:g}" for k in cutoffs)
+        rows += trend_rows(claim, [kept[int(k)] for k in cutoffs], [gap.tolist() for gap in gaps], paper=paper,
+                           ours=texts, dataset=str(t3["domain"].iloc[0]), negligible=practical_threshold(smallest), digits=1,
+                           note=_joined(f"level: % of dev word types kept as their own word ({levels}); effect: the "
+                                        "absolute gap standard - ours", note))
     else:
-        add(q, "not run", "needs two or more K")
+        not_run(claim, "needs two or more K and the UNK shares", paper)
 
-    q = "Table 5: domain match matters more than pretraining size"
+    # Table 5
+    claim = ("Pretraining Data Needs to be from a Similar Domain: the larger out-of-domain data does not improve "
+             "performance (ours)")
+    paper = ("ours, NANC 43M " + paper_cell(PAPER_TABLE5, OURS, "NANC 43M") + " vs GloVe 6B "
+             + paper_cell(PAPER_TABLE5, OURS, "GloVe 6B") + ", GloVe 42B " + paper_cell(PAPER_TABLE5, OURS, "GloVe 42B")
+             + " (Gigaword 5B, news: " + paper_cell(PAPER_TABLE5, OURS, "Gigaword 5B") + ")")
     if t5 is not None and t5["vectors_from"].nunique() > 1:
-        mean = _mean(t5, "vectors_from")
-        own = t5["domain"].iloc[0]
+        own = str(t5["domain"].iloc[0])
         sizes = t5.groupby("vectors_from")["pretrain_tokens"].first()
-        others = [s for s in mean if s != own]
-        ok = all(mean.loc[OURS, own] < mean.loc[OURS, s] for s in others)
-        add(q, "holds" if ok else "does not hold", "ours with vectors from " + ", ".join(
-            f"{s} ({sizes[s]} tokens): {mean.loc[OURS, s]:.1f}" for s in mean))
+        for source in [s for s in dict.fromkeys(t5["vectors_from"]) if s != own]:
+            rows.append(compare(claim, side(t5, OURS, vectors_from=own), side(t5, OURS, vectors_from=source),
+                                names=(f"{own} vectors ({sizes[own]} tokens)", f"{source} ({sizes[source]})"),
+                                paper=paper, dataset=f"{own} LM, vectors from {source}", note=note))
     else:
-        add(q, "not run", "needs two or more vector sources")
+        not_run(claim, "needs two or more vector sources", paper)
 
-    q = "Table 6: the margin of ours over standard shrinks as LM data grows"
+    # Table 6
+    claim = ("as we increase the amount of data our approach ... continue[s] to do best, but the margin shrinks "
+             "between them and the standard approach")
+    paper = ("margin standard - ours (NANC): " + ", ".join(f"{m}x {_paper_gap(PAPER_TABLE6, m)}" for m in PAPER_TABLE6))
     if t6 is not None and t6["train_multiple"].nunique() > 1:
-        mean = _mean(t6, "train_multiple")
-        gains = {m: _gain(mean, m) for m in sorted(mean)}
-        add(q, "holds" if gains[min(gains)] > gains[max(gains)] else "does not hold",
-            "(standard - ours) / standard: " + ", ".join(f"{m}x: {g:+.1f}%" for m, g in gains.items()))
+        multiples = sorted(int(m) for m in t6["train_multiple"].unique())
+        margins = [(side(t6, STANDARD, train_multiple=m) - side(t6, OURS, train_multiple=m)).dropna()
+                   for m in multiples]
+        shrinking = trend(multiples, [(-margin).tolist() for margin in margins])  # > 0: the margin shrinks
+        for m, margin in zip(multiples, margins):
+            standard, ours = side(t6, STANDARD, train_multiple=m), side(t6, OURS, train_multiple=m)
+            rows.append(ClaimRow(claim, differences(margin), paper=paper, dataset=str(t6["domain"].iloc[0]),
+                                 level=m, trend=shrinking, digits=1, ours=f"standard {show(standard)} vs ours "
+                                 f"{show(ours)} ({100 * margin.mean() / standard.mean():.1f}% of standard)",
+                                 negligible=practical_threshold(standard.mean(), ours.mean()),
+                                 note=_joined("effect: the margin (> 0: ours ahead); trend: of minus the margin "
+                                              "(toward the paper = the margin shrinks)", note)))
     else:
-        add(q, "not run", "needs two or more data sizes")
+        not_run(claim, "needs two or more data sizes", paper)
 
-    q = "Figure 1: with the same sampled hyperparameters ours beats the baseline"
+    # Figure 1
+    claim = "Figure 1 shows that our approach is even stronger after tuning (same sampled hyperparameters)"
+    paper = "37 samples on 4x NANC; tuned, ours is 6.6 better than the baseline"
     if search is not None and len(search):
-        better = int((search["ours_ppl"] < search["baseline_ppl"]).sum())
-        add(q, "holds" if 2 * better > len(search) and search["ours_ppl"].min() < search["baseline_ppl"].min()
-            else "does not hold", f"ours better in {better}/{len(search)} trials; best baseline "
-            f"{search['baseline_ppl'].min():.1f}, best ours {search['ours_ppl'].min():.1f}")
+        baseline, ours = search["baseline_ppl"].astype(float), search["ours_ppl"].astype(float)
+        rows.append(ClaimRow(claim, differences(baseline - ours), paper=paper, digits=1,
+                             ours=f"baseline {show(baseline)} vs ours {show(ours)} over {len(search)} trials; ours "
+                                  f"better in {int((ours < baseline).sum())}",
+                             negligible=practical_threshold(baseline.mean(), ours.mean()),
+                             note=_joined("paired over trials (one sampled configuration each), not seeds", note)))
     else:
-        add(q, "not run", "no complete trial")
+        not_run(claim, "no complete trial", paper)
 
-    q = "Table 7: word level, ours < baseline AWD-LSTM < n-gram"
-    if t7 is not None:
-        word = t7.set_index("model")["valid_ppl"]
-        try:
-            ngram, base, ours = word["KN n-gram (word)"], word["AWD-LSTM standard"], word["AWD-LSTM ours"]
-            add(q, "holds" if ours < base < ngram else "does not hold",
-                f"n-gram {ngram:.1f}, baseline {base:.1f}, ours {ours:.1f}")
-        except KeyError as missing:
-            add(q, "not run", f"missing row {missing}")
+    claim = "With tuning the 0.7 gap between our proposal and the baseline for 4xNANC widens to 6.6"
+    paper = "4x NANC: gap 0.7 at the baseline's hyperparameters, 6.6 tuned"
+    base = _base_cell(t2, t3, t5, t6)
+    if search is not None and len(search) and base is not None:
+        tuned = float(search["baseline_ppl"].min() - search["ours_ppl"].min())
+        untuned = (side(base, STANDARD) - side(base, OURS)).dropna()
+        preset = float(side(base, STANDARD).mean())
+        caveat = (f"the best baseline trial ({search['baseline_ppl'].min():.1f}) is worse than the baseline at the "
+                  f"preset hyperparameters ({preset:.1f}): the search did not tune the baseline"
+                  if search["baseline_ppl"].min() > preset else "")
+        rows.append(ClaimRow(claim, unpaired([tuned], untuned.tolist(), "higher"), paper=paper, digits=1,
+                             ours=f"gap standard - ours: best trials {tuned:.1f}, preset hyperparameters "
+                                  f"{show(untuned)} (base cell, 1x)",
+                             note=_joined("the tuned gap is one pair of runs (each side's best trial)", caveat, note)))
     else:
-        add(q, "not run", "")
+        not_run(claim, "needs the search and the base cell", paper)
 
-    q = "Beyond the paper: ours beats standard on a word-level transformer too"
-    if transformer is not None and len(transformer):
-        mean = _mean(transformer, "vectors")
-        for vectors in mean.columns:  # one line per vector scale
-            add(f"{q} (vectors {vectors})",
-                "holds" if mean.loc[OURS, vectors] < mean.loc[STANDARD, vectors] else "does not hold",
-                "; ".join(f"{label}: {mean.loc[label, vectors]:.1f}" for label in mean.index))
+    # Table 7
+    word = t7[t7["level"] == "word"].set_index("model")["valid_ppl"] if t7 is not None and "level" in t7 else (
+        t7.set_index("model")["valid_ppl"] if t7 is not None else pd.Series(dtype=float))
+    for claim, other, name, paper in (
+            ("for word-level prediction, our approach improves over the baseline", "AWD-LSTM standard",
+             "baseline AWD-LSTM", "dev: ours 49.0 vs baseline 52.8 (8x NANC)"),
+            ("for word-level prediction, our approach improves over ... an n-gram language model", "KN n-gram (word)",
+             "KN n-gram", "dev: ours 49.0 vs n-gram 92.3")):
+        if "AWD-LSTM ours" in word and other in word and not pd.isna(word[other]):
+            rows.append(compare(claim, pd.Series([word["AWD-LSTM ours"]]), pd.Series([word[other]]),
+                                names=("ours", name), paper=paper,
+                                note=_joined("one run each (the AWD-LSTMs: each side's best search trial)", note)))
+        else:
+            not_run(claim, f"needs AWD-LSTM ours and {other} in Table 7", paper)
+
+    # Beyond the paper
+    claim = "Beyond the paper: ours beats standard on a word-level transformer too"
+    if transformer is not None and {STANDARD, OURS} <= set(transformer["label"]):
+        for vectors in dict.fromkeys(transformer["vectors"]):
+            rows.append(compare(claim, side(transformer, OURS, vectors=vectors),
+                                side(transformer, STANDARD, vectors=vectors), names=(OURS, STANDARD),
+                                dataset=f"vectors {vectors}", note=note))
     else:
-        add(q, "not run", "")
+        not_run(claim, "needs standard and ours on the transformer")
     return claims_table(rows)
+
+
+def _joined(*parts: str) -> str:
+    return "; ".join(part for part in parts if part)
+
+
+def _base_cell(*tables: pd.DataFrame | None) -> pd.DataFrame | None:
+    """The base cell's runs (:func:`lmstudy.welch.recommendation.base_cell_runs`) of the tables' domain, or None."""
+    present = [t for t in tables if t is not None and "domain" in t and len(t)]
+    domains = [d for t in present if "unk_cutoff" in t for d in t["domain"]]
+    if not domains:
+        return None
+    try:
+        return base_cell_runs(present, domains[0])
+    except ValueError:
+        return None
+
+
+def published_claims() -> pd.DataFrame:
+    """The published claims of notebook 01b from its committed per-run tables in ``figures/`` (``01b_table2_domains``,
+    ``01b_table3_unk_cutoff`` with ``01b_table3_unk_shares``, ``01b_table5_pretraining_source``, ``01b_table6_lm_data``,
+    ``01b_figure1_search``, ``01b_table7_baselines``, ``01b_beyond_transformer``; no training), through
+    :func:`claims`. Every row says that these runs are v1-split runs of older commits (:data:`V1_NOTE`)."""
+    figures = figures_dir()
+
+    def read(name: str) -> pd.DataFrame:
+        return pd.read_csv(figures / f"01b_{name}.csv")
+
+    unk = read("table3_unk_shares").set_index("share")
+    unk.columns = [int(k) for k in unk.columns]
+    return claims(read("table2_domains"), read("table3_unk_cutoff"), read("table5_pretraining_source"),
+                  read("table6_lm_data"), read("figure1_search"), read("table7_baselines"),
+                  read("beyond_transformer"), unk=unk, note=V1_NOTE)
 
 
 # --- transformers (Table 7 and beyond the paper) ------------------------------------------------
@@ -605,6 +738,6 @@ def comparison_figure(table: pd.DataFrame, column: str, title: str = "") -> plt.
 
 __all__ = ["CONFIG_SETS", "ExtendedConfig", "GPT2WithEmbeddings", "LABELS", "PAPER_TABLE2", "PAPER_TABLE3",
            "PAPER_TABLE3_UNK", "PAPER_TABLE5", "PAPER_TABLE6", "PAPER_TABLE7", "STUDY", "TransformerConfig",
-           "base_fields", "bpe_stream", "claims", "comparison_figure", "format_summary", "load_data", "run_cells",
+           "PAPER_DOMAIN", "V1_NOTE", "VERY_CLOSE_PCT", "base_fields", "bpe_stream", "claims", "comparison_figure", "format_summary", "load_data", "published_claims", "run_cells",
            "run_extended", "run_ngram", "run_transformer", "table2", "table3", "table5", "table6", "table7",
            "transformer_config", "transformer_table", "unk_table"]

@@ -8,13 +8,13 @@ UNK cutoff K = 0, its own vectors, 1x data), the setting every table shares and 
 
 - each configuration's validation perplexity over seeds is a :class:`lmstudy.claims.Spread`; the
   configurations are ranked by their mean (validation chooses; test is reported beside it, as a check);
-- the **margin** is the runner-up's mean minus the best one's, with the noise rule of
-  :mod:`lmstudy.claims` (:func:`~lmstudy.claims.effect`: its std is the larger of the two seed stds);
-- the verdict is :func:`~lmstudy.claims.verdict_of` the margin: ``holds`` = a clear choice (the margin is
-  larger than the seed spread), ``within noise`` = the best two cannot be told apart at these seeds (the
-  text names every configuration within the seed spread of the best, ``ties``, and how to add seeds);
-  with one seed per configuration there is no spread to compare with and the text says that the choice
-  rests on single runs.
+- the **margin** is the runner-up minus the best, per seed, through the rule of :mod:`lmstudy.claims`
+  (:func:`~lmstudy.claims.paired`: paired over the seeds both ran, with its 95% t interval);
+- the verdict is :func:`~lmstudy.claims.verdict` of the margin: ``holds`` = **a clear choice: the interval of
+  runner-up minus best is clear of zero**; ``within noise`` = the interval covers zero, the best two cannot be
+  told apart at these seeds (the text names every configuration whose interval against the best covers zero,
+  ``ties``, and how to add seeds); ``one seed`` = one seed per configuration, no interval: the text says that
+  the choice rests on single runs. No practical threshold: any margin clear of the seed noise is a choice.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from lmstudy.claims import HOLDS, WITHIN_NOISE, Spread, effect, spreads, verdict_of
+from lmstudy.claims import HOLDS, NOT_RUN, ONE_SEED, WITHIN_NOISE, Effect, Spread, by_seed, paired, spreads, verdict
 
 _COLUMNS = ("config", "label", "domain", "unk_cutoff", "vectors_from", "train_multiple", "seed", "valid_ppl",
             "test_ppl")
@@ -61,10 +61,10 @@ class Recommendation:
     best_test: Spread
     runner_up: str | None        # None when only one configuration ran
     runner_up_valid: Spread | None
-    margin: Spread | None        # runner-up minus best (validation perplexity), std by the claims noise rule
-    verdict: str                 # holds (a clear choice) | within noise | not run (one configuration)
+    margin: Effect | None        # runner-up minus best (validation perplexity), paired over seeds, 95% interval
+    verdict: str                 # holds (a clear choice) | within noise | one seed | not run (one configuration)
     ranking: pd.DataFrame        # one row per configuration, best first
-    ties: tuple[str, ...] = ()   # the others within the seed spread of the best (the noise rule), in rank order
+    ties: tuple[str, ...] = ()   # the others whose interval against the best covers zero, in rank order
 
     @property
     def seeds(self) -> int:
@@ -81,22 +81,25 @@ class Recommendation:
         margin, percent = self.margin.mean, 100 * self.margin.mean / self.best_valid.mean
         lead = (f"Margin over the runner-up {self.runner_up!r} ({self.runner_up_valid.format(1)}): "
                 f"{margin:.1f} perplexity points ({percent:.1f}% of the best)")
-        if math.isnan(self.margin.std):
-            lines.append(f"{lead}; one seed per configuration, so no seed spread to test it against: the choice rests "
+        if self.verdict == ONE_SEED:
+            lines.append(f"{lead}; one seed per configuration, so no interval to test it against: the choice rests "
                          "on single runs (add seeds with -p base_seeds '[1, 2]').")
         elif self.verdict == HOLDS:
-            lines.append(f"{lead}, larger than the seed spread ({self.margin.std:.1f}): a clear choice.")
+            lines.append(f"{lead}, 95% interval {self._interval()}, clear of zero: a clear choice.")
         else:
             tied = ", ".join(repr(label) for label in self.ties)
-            lines.append(f"{lead}, within the seed spread ({self.margin.std:.1f}): at these seeds {self.best!r} cannot "
-                         f"be told apart from {tied}; any of them will do (more seeds, e.g. -p base_seeds "
-                         "'[1, 2, 3, 4]', would separate them).")
+            lines.append(f"{lead}, 95% interval {self._interval()}, which covers zero: at these seeds {self.best!r} cannot be told apart from {tied}; any of them will do "
+                         "(more seeds, e.g. -p base_seeds '[1, 2, 3, 4]', would separate them).")
         standard = self.ranking[self.ranking["label"] == "standard"]
         if self.best != "standard" and len(standard):
             row = standard.iloc[0]
             lines.append(f"The standard approach (tied, random init) reaches {row['valid']}: "
                          f"{row['behind_best_pct']:.1f}% behind the best.")
         return "\n".join(lines)
+
+    def _interval(self) -> str:
+        """The margin's 95% interval and how it was formed ("paired t" over the shared seeds, or "Welch t")."""
+        return f"[{self.margin.low:+.1f}, {self.margin.high:+.1f}] ({self.margin.method}, {self.margin.n} seeds)"
 
 
 def _seeds_text(ranking: pd.DataFrame) -> str:
@@ -119,15 +122,18 @@ def recommend(tables: pd.DataFrame | list[pd.DataFrame], domain: str) -> Recomme
         "behind_best_pct": 100 * (valid[label].mean - valid[best].mean) / valid[best].mean,
         "seeds": valid[label].n} for rank, label in enumerate(order, start=1)])
     if len(order) == 1:
-        return Recommendation(domain, best, configs[best], valid[best], test[best], None, None, None, "not run",
+        return Recommendation(domain, best, configs[best], valid[best], test[best], None, None, None, NOT_RUN,
                               ranking)
+
+    def behind_best(label: str) -> Effect:
+        """How far ``label`` is behind the best, per seed (> 0: the best is better)."""
+        return paired(by_seed(runs, "valid_ppl", label=best), by_seed(runs, "valid_ppl", label=label), "lower")
+
     runner_up = order[1]
-    margin = effect(valid[best], valid[runner_up], better="lower")
-    verdict = WITHIN_NOISE if margin.mean == 0 else verdict_of(margin)  # a tie is no choice
-    ties = tuple(label for label in order[1:] if valid[label].mean == valid[best].mean
-                 or verdict_of(effect(valid[best], valid[label], better="lower")) == WITHIN_NOISE)
+    margin = behind_best(runner_up)
+    ties = tuple(label for label in order[1:] if verdict(behind_best(label)) == WITHIN_NOISE)
     return Recommendation(domain, best, configs[best], valid[best], test[best], runner_up, valid[runner_up], margin,
-                          verdict, ranking, ties)
+                          verdict(margin), ranking, ties)
 
 
 __all__ = ["Recommendation", "base_cell_runs", "recommend"]
