@@ -18,6 +18,7 @@ from lmstudy.krony.study import (
     DistillTask, KronyConfig, ModelSpec, class_a_shape, class_width, claims, distillation_loss, hidden_unit_scores,
     matched_dense_inner, max_factors, narrow_config, narrowed_model, reconstruction_errors, trend_gaps,
 )
+from lmstudy.claims import RULE, VERDICTS, differences
 from lmstudy.scales import preset
 from lmstudy.training import count_parameters
 
@@ -138,7 +139,7 @@ def test_continued_training_follows_the_base_recipe():
 
 def synthetic_trend() -> pd.DataFrame:
     """Three checkpoints x three seeds: Krony behind distilled at the first, level in the middle, ahead at the
-    last; always ahead of scratch."""
+    last; always ahead of scratch. LAMBADA's perplexity follows the bits per byte (10 ** bpb)."""
     krony_gap = {1_000: 0.10, 3_000: 0.0, 10_000: -0.10}  # Krony minus distilled, bits per byte
     rows = []
     for tokens, gap in krony_gap.items():
@@ -147,7 +148,8 @@ def synthetic_trend() -> pd.DataFrame:
             for model, bpb in (("Krony", distilled + gap + 2 * noise), ("distilled", distilled),
                                ("scratch, equal data", distilled + 0.5)):
                 rows.append({"fraction": tokens / 10_000, "base_tokens": tokens, "seed": seed, "model": model,
-                             "wikitext_bpb": bpb})
+                             "init": "van_loan" if model == "Krony" else None, "wikitext_bpb": bpb,
+                             "lambada_ppl": 10 ** bpb})
     return pd.DataFrame(rows)
 
 
@@ -159,44 +161,109 @@ def test_trend_gaps_are_krony_minus_each_baseline_per_seed():
     assert first["krony_minus_scratch"] == pytest.approx(0.12 - 0.5)
 
 
+def synthetic_grid(**validation) -> pd.DataFrame:
+    """The 81M Krony rows of a grid: test bits per byte and validation losses (``validation``: init -> loss)."""
+    losses = {"van_loan": 4.0, "prune": 4.2, "random": 4.1, **validation}
+    return pd.DataFrame([{"model": "Krony", "class": "81M", "init": init, "wikitext_bpb": bpb,
+                          "best_val_loss": losses[init]}
+                         for init, bpb in (("van_loan", 2.0), ("prune", 2.2), ("random", 2.1))])
+
+
+OUTPERFORMS = "Our 81M model variant outperforms distilgpt2 on all standard language modeling datasets"
+LEGACY = pd.DataFrame([{"model": "dense, same size", "class": "81M", "wikitext_ppl": 700.0, "lambada_ppl": 1500.0},
+                       {"model": "distilled", "class": "81M", "wikitext_ppl": 702.0, "lambada_ppl": 1400.0}])
+
+
 def test_claims_on_synthetic_numbers():
     config = smoke_config(classes=["81M"], table6_factors=[1, 4])
-    grid = pd.DataFrame([
-        {"model": "Krony", "class": "81M", "init": "van_loan", "wikitext_bpb": 2.0},
-        {"model": "Krony", "class": "81M", "init": "prune", "wikitext_bpb": 2.2},
-        {"model": "Krony", "class": "81M", "init": "random", "wikitext_bpb": 2.1},
-    ])
     table6 = pd.DataFrame([{"factors": 1, "scalars": False, "wikitext_bpb": 2.3},
                            {"factors": 1, "scalars": True, "wikitext_bpb": 2.31},
                            {"factors": 4, "scalars": False, "wikitext_bpb": 2.25}])  # 4 with scalars: not run
-    table = claims(config, grid, table6, synthetic_trend())
-    distilled = table[table["claim"] == "81M: Krony beats the same-size distilled model"]
-    assert distilled["verdict"].tolist() == ["does not hold", "within noise", "holds"]  # per checkpoint, by tokens
-    assert distilled["level"].tolist() == [1_000, 3_000, 10_000]
-    assert set(distilled["trend"]) == {"toward the paper"}
-    assert "Krony 2.1000 ± 0.0300 vs distilled 2.0000 ± 0.0100" in distilled["evidence"].iloc[0]
-    assert "effect -0.1000 ± 0.0200" in distilled["evidence"].iloc[0]  # the per-seed paired gaps' spread
-    scratch = table[table["claim"] == "81M: Krony beats the same-size scratch, equal data model"]
+    table = claims(config, synthetic_grid(), table6, synthetic_trend(), legacy=LEGACY)
+    assert table.attrs["rule"] == RULE
+    wikitext = table[(table["claim"] == OUTPERFORMS) & (table["dataset"] == "WikiText-2 test")]
+    assert wikitext["verdict"].tolist() == ["does not hold", "within noise", "holds"]  # per checkpoint, by tokens
+    assert wikitext["level"].tolist() == [1_000, 3_000, 10_000]
+    # From -5% to +5% over one decade:
+    assert set(wikitext["trend"]) == {"toward the paper: slope +9.99 [+8.19, +11.80] per decade"}
+    first = wikitext.iloc[0]
+    assert first["ours"] == "Krony 2.1000 ± 0.0300 vs distilled 2.0000 ± 0.0100 bits/byte"
+    # The effect: per seed, distilled minus Krony in % of distilled's bits per byte, paired t over the 3 seeds.
+    per_seed = [100 * -(0.1 + 2 * noise) / (2.0 + noise) for noise in (-0.01, 0.0, 0.01)]
+    assert first["effect"] == differences(per_seed).format() and first["seeds"] == 3
+    assert "Krony init van_loan: the grid's lowest validation loss" in first["note"]
+    assert "test bits per byte picks the same" in first["note"]
+    assert "Table 4" in first["paper"] and "34.99" in first["paper"] and "+1.16%" in first["paper"]
+    # LAMBADA: the paper's Table 4 numbers beside ours, compared as log perplexities.
+    lambada = table[(table["claim"] == OUTPERFORMS) & (table["dataset"] == "LAMBADA")]
+    assert lambada["verdict"].tolist() == ["does not hold", "within noise", "holds"]
+    assert set(lambada["paper"]) == {"KronyPT-81M-3950 64.92 vs DistilGPT2 76.00 LAMBADA perplexity (Table 4): "
+                                     "+3.64%"}
+    scratch = table[table["claim"].str.startswith("A fair comparison")]
     assert scratch["verdict"].tolist() == ["holds"] * 3
-    by_claim = table.set_index("claim")["verdict"]
-    assert by_claim["81M: van_loan init beats random init"] == "holds"
-    assert by_claim["81M: prune init beats random init"] == "does not hold"
-    assert by_claim["67M: 4 factors beat 1 (no scalars)"] == "holds"
-    # One-seed rows count a difference beyond the trend's largest seed std at the last checkpoint (Krony's, 0.03):
-    # the scalars' 0.01 is within it, pruning's 0.1 behind random is not.
-    assert by_claim["67M: scalars help with 1 factor(s)"] == "within noise"
-    assert "within noise up to 0.0300" in table.set_index("claim")["evidence"]["67M: scalars help with 1 factor(s)"]
-    assert by_claim["67M: scalars help with 4 factor(s)"] == "not run"
+    rows = table.set_index(["claim", "dataset"])
+    assert rows.loc[(OUTPERFORMS, "WikiText-103"), "verdict"] == "not run"
+    # One seed: the number is shown, no verdict (the grid and Table 6 ran seed 0 only).
+    by_claim = table.drop_duplicates("claim", keep=False).set_index("claim")
+    van_loan = by_claim.filter(like="Van Loan init", axis=0).iloc[0]
+    assert van_loan["verdict"] == "one seed" and van_loan["effect"] == f"{100 * 0.1 / 2.1:+.2f}"
+    assert by_claim.filter(like="pruning-based", axis=0)["verdict"].tolist() == ["one seed"]
+    factors = by_claim.loc["Adding multiple factors do not help much (Sec. 4.4): 4 factors vs 1, 67M class"]
+    assert factors["verdict"] == "one seed" and "equivalence within ± 1%" in factors["note"]
+    scalars = [c for c in by_claim.index if c.startswith("Adding scalars")]
+    assert by_claim.loc[scalars, "verdict"].tolist() == ["one seed", "not run"]  # no 4-factor row with scalars
+    assert by_claim.filter(like="converge to around 4", axis=0)["verdict"].tolist() == ["not run"]
+    distillation = table[table["claim"].str.startswith("Distillation")]
+    assert distillation["dataset"].tolist() == ["WikiText-2 test", "LAMBADA"]
+    assert distillation["verdict"].tolist() == ["one seed", "one seed"]
+    assert "old Wikipedia base" in distillation["note"].iloc[0]
+    assert not (set(table["verdict"]) - set(VERDICTS))
 
 
-def test_best_init_is_the_lowest_bits_per_byte_of_the_class():
-    grid = pd.DataFrame([{"model": "base", "class": None, "init": None, "wikitext_bpb": 1.0},
-                         {"model": "Krony", "class": "81M", "init": "van_loan", "wikitext_bpb": 2.1},
-                         {"model": "Krony", "class": "81M", "init": "prune", "wikitext_bpb": 2.0},
-                         {"model": "Krony", "class": "67M", "init": "random", "wikitext_bpb": 1.5}])
-    assert study.best_init(grid, "81M") == "prune"
+def test_claims_note_an_init_the_test_set_would_have_chosen_differently():
+    config = smoke_config(classes=["81M"], table6_factors=[1])
+    table6 = pd.DataFrame([{"factors": 1, "scalars": s, "wikitext_bpb": 2.3} for s in (False, True)])
+    grid = synthetic_grid(van_loan=4.3)  # validation: random (4.1); test bits per byte: van_loan (2.0)
+    note = claims(config, grid, table6, synthetic_trend(), legacy=LEGACY)["note"].iloc[0]
+    assert "test bits per byte would pick van_loan" in note
+    assert "the trend ran van_loan, not the validation choice random: rerun it" in note
+
+
+def test_percent_effect_pairs_shared_seeds_else_welch_else_one_seed():
+    krony = pd.Series({0: 1.0, 1: 2.0, 2: 3.0})
+    other = pd.Series({0: 2.0, 1: 4.0, 2: 6.0})
+    assert study.percent_ahead(krony, other).tolist() == [50.0, 50.0, 50.0]
+    assert study.percent_effect(krony, other).format() == "+50.00 [+50.00, +50.00]"
+    assert study.percent_effect(krony, pd.Series({5: 4.0})).format() == "+50.00"  # one value: no interval
+    welch = study.percent_effect(pd.Series({0: 1.0, 1: 3.0}), pd.Series({7: 4.0, 8: 4.0}))
+    assert welch.method == "Welch t" and welch.mean == pytest.approx(50.0)
+    assert study.percent_ahead(pd.Series({0: math.e}), pd.Series({0: math.e ** 2}), log=True).iloc[0] == \
+        pytest.approx(50.0)
+
+
+def test_best_init_is_the_lowest_validation_loss_of_the_class_not_the_test_score():
+    grid = pd.DataFrame([{"model": "base", "class": None, "init": None, "wikitext_bpb": 1.0, "best_val_loss": 3.0},
+                         {"model": "Krony", "class": "81M", "init": "van_loan", "wikitext_bpb": 2.1,
+                          "best_val_loss": 4.0},
+                         {"model": "Krony", "class": "81M", "init": "prune", "wikitext_bpb": 2.0,
+                          "best_val_loss": 4.1},
+                         {"model": "Krony", "class": "67M", "init": "random", "wikitext_bpb": 1.5,
+                          "best_val_loss": 3.5}])
+    assert study.best_init(grid, "81M") == "van_loan"
+    assert study.best_init(grid, "81M", metric="wikitext_bpb") == "prune"
     with pytest.raises(ValueError, match="no Krony row"):
         study.best_init(grid, "96M")
+
+
+def test_the_published_claims_state_the_papers_conclusions():
+    """The committed cpu tables (figures/03_krony_*.csv) through claims: validation picks the trend's init, the
+    factors claim reads as the paper concludes, LAMBADA has its verdicts."""
+    table = study.published_claims()
+    assert "picks the same" in table["note"].iloc[0]  # validation and test both pick pruning
+    assert not table["claim"].str.contains("beat 1").any()
+    assert table["claim"].str.contains("do not help much").sum() == 2
+    lambada = table[(table["claim"] == OUTPERFORMS) & (table["dataset"] == "LAMBADA")]
+    assert lambada["verdict"].iloc[-1] == "does not hold" and lambada["ours"].iloc[-1].startswith("Krony 820.3")
 
 
 def test_protocol_metrics_flatten_the_protocol_table(monkeypatch):
@@ -296,7 +363,7 @@ def test_train_runs_trains_the_krony_models_then_the_baselines_which_a_second_pr
     def models_at(config, fraction, specs, seed, desc):
         calls.extend((fraction, seed, spec) for spec in specs)
         return [{"model": study.LABELS[s.kind], "class": s.size_class, "init": s.init,
-                 "wikitext_bpb": 1.0 if s.init == "random" else 2.0} for s in specs]
+                 "best_val_loss": 1.0 if s.init == "random" else 2.0, "wikitext_bpb": 2.0} for s in specs]
 
     def continued_run(config, fraction, spec, seed):
         calls.append((fraction, seed, spec))
@@ -310,7 +377,8 @@ def test_train_runs_trains_the_krony_models_then_the_baselines_which_a_second_pr
     dense = calls[first_dense:]
     assert [(spec.kind, fraction, seed) for fraction, seed, spec in dense] == [
         (kind, fraction, seed) for kind in ("distilled", "scratch") for fraction in (0.1, 1.0) for seed in (0, 1)]
-    # Every run the grid, Table 6 and the trend (with the grid's best init, random here) read, and no other.
+    # Every run the grid, Table 6 and the trend (with the grid's best init on validation, random here) read,
+    # and no other.
     needed = {(1.0, 0, spec) for spec in study.grid_specs(config) + study.table6_specs(config)}
     needed |= {(f, seed, spec) for f in config.fractions for seed in config.seeds
                for spec in study.trend_specs(config, "random")}
@@ -469,8 +537,8 @@ def test_end_to_end_on_the_smoke_base(tmp_path, monkeypatch, fresh_base_cache, c
     assert rows[["factors", "scalars"]].values.tolist() == [[1, False], [1, True], [2, False], [2, True]]
     assert rows["parameters"].iloc[2] > rows["parameters"].iloc[0]
     table = claims(config, grid, rows, trend)
-    assert set(table["verdict"]) <= {"holds", "does not hold", "within noise"}
-    assert len(table[table["claim"].str.contains("distilled")]) == 2  # one row per checkpoint
+    assert set(table["verdict"]) <= set(VERDICTS)
+    assert (table["dataset"] == "WikiText-2 test").groupby(table["claim"]).sum()[OUTPERFORMS] == 2  # per checkpoint
 
     # A rerun trains nothing: every stage is read back from the run cache.
     monkeypatch.setattr(study, "train_and_restore", None)
