@@ -782,13 +782,17 @@ def _one(table: pd.DataFrame, **where) -> pd.Series | None:
     return table[mask].iloc[0] if mask.any() else None
 
 
+def _losses(values: pd.Series, log: bool) -> pd.Series:
+    """``values`` by seed without NaN, as losses: ``log``: perplexities, as log perplexities."""
+    values = values.dropna().astype(float)
+    return values.map(math.log) if log else values
+
+
 def percent_ahead(claimed: pd.Series, other: pd.Series, log: bool = False) -> pd.Series:
     """Per seed (the seeds both sides have): how far ``claimed``'s loss is below ``other``'s, in % of ``other``'s:
     ``100 * (other - claimed) / other`` (positive: ``claimed`` better). ``log``: the values are perplexities,
     compared as log perplexities (the loss they come from)."""
-    claimed, other = claimed.dropna().astype(float), other.dropna().astype(float)
-    if log:
-        claimed, other = claimed.map(math.log), other.map(math.log)
+    claimed, other = _losses(claimed, log), _losses(other, log)
     shared = claimed.index.intersection(other.index)
     return 100 * (other[shared] - claimed[shared]) / other[shared]
 
@@ -800,9 +804,7 @@ def percent_effect(claimed: pd.Series, other: pd.Series, log: bool = False) -> E
     per_seed = percent_ahead(claimed, other, log)
     if len(per_seed) >= 2:
         return differences(per_seed)
-    claimed, other = claimed.dropna().astype(float), other.dropna().astype(float)
-    if log:
-        claimed, other = claimed.map(math.log), other.map(math.log)
+    claimed, other = _losses(claimed, log), _losses(other, log)
     scale = 100 / other.mean() if len(other) else math.nan
     return unpaired((claimed * scale).tolist(), (other * scale).tolist(), "lower")
 
