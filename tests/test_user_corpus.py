@@ -16,7 +16,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from lmstudy.claims import HOLDS, WITHIN_NOISE
+from lmstudy.claims import HOLDS, NOT_RUN, ONE_SEED, WITHIN_NOISE
 from lmstudy.data import cli as data_cli
 from lmstudy.data import iter_documents
 from lmstudy.data.add_corpus import CorpusError, add_corpus, minimum_tokens, scaled_targets
@@ -316,20 +316,23 @@ def results(valid: dict[str, list[float]], domain: str = "mine", **cell) -> pd.D
 def test_recommendation_clear_winner():
     from lmstudy.welch.recommendation import recommend
 
-    base = results({"standard": [110, 112, 111], "ours": [95, 96, 94], "ours, not frozen": [99, 100, 98]})
+    base = results({"standard": [110, 112, 111], "ours": [95, 96, 94], "ours, not frozen": [99, 101, 98]})
     other_cells = [results({"standard": [80, 81, 82], "ours": [70, 71, 72]}, unk_cutoff=5),
                    results({"ours": [1, 1, 1]}, vectors_from="wikipedia"),
                    results({"ours": [1, 1, 1]}, domain="news")]
     advice = recommend([base, *other_cells, base], "mine")  # t3 and t6 both hold the base cell: counted once
     assert (advice.best, advice.config, advice.runner_up) == ("ours", CONFIGS["ours"], "ours, not frozen")
     assert advice.best_valid.mean == 95 and advice.best_valid.n == 3 and advice.best_test.mean == 97
-    assert advice.margin.mean == pytest.approx(4.0) and advice.margin.std == pytest.approx(1.0)
-    assert advice.verdict == HOLDS and advice.seeds == 3 and advice.ties == ()
+    # Runner-up minus best per seed: 4, 5, 4 -> mean 4.33, paired t interval 4.33 +- 4.303 * 0.577 / sqrt(3).
+    assert advice.margin.mean == pytest.approx(13 / 3) and advice.margin.n == 3 and advice.margin.method == "paired t"
+    assert advice.margin.low == pytest.approx(13 / 3 - 4.3027 * (1 / 3) ** 0.5 / 3 ** 0.5, abs=1e-3)
+    assert advice.verdict == HOLDS and advice.seeds == 3 and advice.ties == ()  # the interval is clear of zero
     assert list(advice.ranking["label"]) == ["ours", "ours, not frozen", "standard"]
     assert advice.ranking["behind_best_pct"].iloc[-1] == pytest.approx(100 * 16 / 95)
     text = str(advice)
     assert "use 'ours' (untied/in=pretrained,frozen/out=pretrained,trainable): 95.0 ± 1.0 (test 97.0 ± 1.0)" in text
-    assert "4.0 perplexity points (4.2% of the best), larger than the seed spread (1.0): a clear choice" in text
+    assert ("4.3 perplexity points (4.6% of the best), 95% interval [+2.9, +5.8] (paired t, 3 seeds), clear of "
+            "zero: a clear choice") in text
     assert "standard approach (tied, random init) reaches 111.0 ± 1.0: 16.8% behind" in text
 
 
@@ -339,15 +342,20 @@ def test_recommendation_within_noise_and_single_seed():
     close = recommend(results({"standard": [100, 104, 102], "ours": [101, 99, 103],
                                "ours, not frozen": [90, 150, 120], "standard + pretraining": [130, 131, 132]}), "mine")
     assert close.best == "ours" and close.runner_up == "standard" and close.verdict == WITHIN_NOISE
-    # 19 behind with a std of 30 is noise too; 30 behind with stds 2 and 1 is not.
+    # Behind the best per seed: standard -1, 5, -1 and ours, not frozen -11, 51, 17 cover zero; standard +
+    # pretraining 29, 32, 29 does not.
     assert close.ties == ("standard", "ours, not frozen")
-    assert ("within the seed spread (2.0): at these seeds 'ours' cannot be told apart from 'standard', "
-            "'ours, not frozen'; any of them will do") in str(close)
+    assert ("1.0 perplexity points (1.0% of the best), 95% interval [-7.6, +9.6] (paired t, 3 seeds), which covers "
+            "zero: at these seeds 'ours' cannot be told apart from 'standard', 'ours, not frozen'; any of them will "
+            "do") in str(close)
+    # The same means with the seed noise cancelling in the pairs: a clear choice, though the spreads overlap.
+    paired_close = recommend(results({"standard": [102, 106, 98], "ours": [101, 105, 97]}), "mine")
+    assert paired_close.verdict == HOLDS and paired_close.ties == ()
     single = recommend(results({"standard": [100], "ours": [90]}), "mine")
-    assert single.margin.mean == 10 and single.verdict == HOLDS  # the sign decides, as in lmstudy.claims
+    assert single.margin.mean == 10 and single.verdict == ONE_SEED  # no interval with one seed: no verdict
     assert "one seed per configuration" in str(single) and "single runs" in str(single)
     alone = recommend(results({"ours": [90, 91]}), "mine")
-    assert alone.runner_up is None and alone.verdict == "not run" and "nothing to compare" in str(alone)
+    assert alone.runner_up is None and alone.verdict == NOT_RUN and "nothing to compare" in str(alone)
     with pytest.raises(ValueError, match="no run of domain 'yours'"):
         recommend(results({"ours": [90]}), "yours")
     with pytest.raises(ValueError, match="no table with the columns"):

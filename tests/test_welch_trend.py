@@ -7,8 +7,9 @@ import math
 import pandas as pd
 import pytest
 
+from lmstudy.claims import DOES_NOT_HOLD, HOLDS, RULE, TOWARD
 from lmstudy.welch.trend import (
-    TREND_CONFIGS, best_within, plot_trend_gaps, study_trend_configs, trend_claims, trend_configs, trend_gaps,
+    TREND_CLAIMS, TREND_CONFIGS, best_within, plot_trend_gaps, study_trend_configs, trend_claims, trend_configs, trend_gaps,
 )
 
 
@@ -56,14 +57,28 @@ def test_claims_follow_the_gap_across_lengths():
     assert first["frozen_minus_trainable"] == pytest.approx(10.5)
     assert first["ours_minus_best_other"] == pytest.approx(10.5)  # the best other: ours with the input trainable
     table = trend_claims(synthetic_table())
-    freezing = table[(table["claim"] == "freezing the pretrained input beats training it")
-                     & (table["dataset"] == "Std-news")]
-    assert freezing["level"].tolist() == [2, 8, 40]
-    assert freezing["verdict"].tolist() == ["does not hold", "does not hold", "holds"]
-    assert set(freezing["trend"]) == {"toward the paper"}
-    best = table[table["claim"].str.startswith("ours")]
+    assert table.attrs["rule"] == RULE
+    freezing_claim, best_claim = (claim for claim, *_ in TREND_CLAIMS)
+    freezing = table[(table["claim"] == freezing_claim) & (table["dataset"] == "Std-news")]
+    assert freezing["level"].tolist() == [2, 8, 40]  # levels = epochs
+    # Paired over 3 seeds: -10 +- 0.5 and -3 +- 0.5 are clear of zero against the paper, +5 +- 0.5 for it.
+    assert freezing["verdict"].tolist() == [DOES_NOT_HOLD, DOES_NOT_HOLD, HOLDS]
+    assert freezing["effect"].iloc[0] == "-10.0 [-11.2, -8.8]" and set(freezing["seeds"]) == {3}
+    assert freezing["trend"].str.startswith(TOWARD).all()
+    assert freezing["ours"].iloc[-1] == "ours 155.0 ± 0.5 vs ours, input trainable 160.0 ± 0.0"
+    best = table[table["claim"] == best_claim]
     assert best["dataset"].tolist() == ["Rare"] * 3
-    assert best["verdict"].tolist() == ["does not hold", "does not hold", "holds"]
+    assert best["verdict"].tolist() == [DOES_NOT_HOLD, DOES_NOT_HOLD, HOLDS]
+    assert table["note"].str.contains("not independent draws").all()
+
+
+def test_published_trend_claims_read_the_committed_table():
+    from lmstudy.welch.trend import published_claims
+
+    published = published_claims()
+    assert published["level"].tolist() == [2, 6, 40] * 3 and set(published["seeds"]) == {3}
+    forty = published[published["level"] == 40]
+    assert set(forty["verdict"]) == {DOES_NOT_HOLD}  # at 40 epochs freezing still costs 7-8 points on every seed
 
 
 def test_last_quarter_gain_is_what_the_last_quarter_of_epochs_added():
@@ -101,8 +116,7 @@ def test_the_trend_runs_end_to_end_on_real_text(tmp_path, monkeypatch):
     assert len(table) == 8 * 2 and table["valid_ppl"].notna().all()
     wide = table.pivot_table(index=["config", "dataset"], columns="epochs", values="valid_ppl")
     assert (wide[3] <= wide[1]).all()
-    assert set(trend_claims(table)["claim"]) == {"freezing the pretrained input beats training it",
-                                                  "ours (untied, pretrained, frozen input) is the best of the four"}
+    assert set(trend_claims(table)["claim"]) == {claim for claim, *_ in TREND_CLAIMS}
 
 
 def test_study_trend_configs_train_on_the_trend_tokens_not_table_1s():
