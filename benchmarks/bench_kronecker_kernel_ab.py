@@ -17,14 +17,7 @@ factors; the order (A first or B first) is the one the layer runs the kernel in 
     python benchmarks/bench_kronecker_kernel_ab.py --against dd45a79 64,32,48,24 12,24,16,32
     python benchmarks/bench_kronecker_kernel_ab.py --orders 24,12,32,16     # one kernel: B first (old) vs A first (new)
     python benchmarks/bench_kronecker_kernel_ab.py --against HEAD --new-flags=-falign-loops=64  # a flag alone
-
-Experiments kept as patches (``benchmarks/kernel_patches/``, each says what it changes): ``--patch FILE`` times the
-working tree's kernel with FILE applied as the new version, ``--apart`` reports forward and backward apart, and
-``--mkl`` builds both versions against MKL (the ``mkl`` and ``mkl-include`` pip packages in this environment, or
-``$MKLROOT`` with ``include/`` and ``lib/``), for a patch that calls it:
-
-    python benchmarks/bench_kronecker_kernel_ab.py --against HEAD --apart --mkl \
-        --patch benchmarks/kernel_patches/mkl_jit_backward.patch 64,64,48,12
+    python benchmarks/bench_kronecker_kernel_ab.py --against HEAD --apart   # forward and backward also apart
 """
 
 from __future__ import annotations
@@ -33,11 +26,9 @@ import argparse
 import hashlib
 import importlib.util
 import operator
-import os
 import shlex
 import statistics
 import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -88,43 +79,16 @@ def source_at(revision: str) -> str:
     return result.stdout
 
 
-def patched(source: str, patch: Path) -> str:
-    """``source`` (the kernel) with a ``git diff`` of it applied; a clear error when it does not apply."""
-    with tempfile.TemporaryDirectory() as folder:
-        kernel = Path(folder) / KERNEL
-        kernel.parent.mkdir(parents=True)
-        kernel.write_text(source)
-        result = subprocess.run(["git", "apply", str(patch.resolve())], cwd=folder, capture_output=True, text=True)
-        if result.returncode != 0:
-            raise SystemExit(f"{patch} does not apply to the working tree's kernel: {result.stderr.strip()}")
-        return kernel.read_text()
-
-
-def mkl_flags() -> tuple[list[str], list[str]]:
-    """Include folders and linker flags for MKL (sequential, LP64): ``$MKLROOT`` or this environment's prefix."""
-    for root in [os.environ.get("MKLROOT"), sys.prefix]:
-        if not root:
-            continue
-        include, lib = Path(root) / "include", Path(root) / "lib"
-        libraries = [sorted(lib.glob(f"libmkl_{name}.so*")) for name in ("intel_lp64", "sequential", "core")]
-        if (include / "mkl.h").exists() and all(libraries):
-            return [str(include)], [*(str(found[0]) for found in libraries), f"-Wl,-rpath,{lib}"]
-    raise SystemExit("--mkl: no MKL found (mkl.h and libmkl_intel_lp64/sequential/core): "
-                     "pip install mkl mkl-include, or set MKLROOT")
-
-
-def build(source: str, folder: Path, mkl: bool = False, flags: list[str] | None = None):
+def build(source: str, folder: Path, flags: list[str] | None = None):
     """Compile one version as its own extension module (named by its hash and build flags, so a rerun reuses it);
     ``flags``: compiler flags after the kernel's own (``BUILD_FLAGS``)."""
     from torch.utils.cpp_extension import load
 
-    includes, ldflags = mkl_flags() if mkl else ([], [])
     cflags = BUILD_FLAGS + (flags or [])
-    digest = hashlib.sha1((source + " ".join(includes + ldflags + cflags)).encode()).hexdigest()[:10]
+    digest = hashlib.sha1((source + " ".join(cflags)).encode()).hexdigest()[:10]
     path = folder / f"kron_{digest}.cpp"
     path.write_text(source)
-    return load(name=f"kron_ab_{digest}", sources=[str(path)], extra_cflags=cflags,
-                extra_include_paths=includes, extra_ldflags=ldflags)
+    return load(name=f"kron_ab_{digest}", sources=[str(path)], extra_cflags=cflags)
 
 
 def parse_scheme(text: str) -> tuple[int, int, int, int, int]:
@@ -183,34 +147,28 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--orders", action="store_true",
                         help="instead of two versions: the working tree's kernel B first (old) and A first (new)")
     parser.add_argument("--repeats", type=int, default=15, help="timed rounds per scheme (default 15)")
-    parser.add_argument("--patch", type=Path, metavar="FILE",
-                        help="the new version is the working tree's kernel with this git diff applied")
     parser.add_argument("--apart", action="store_true", help="also report forward and backward apart")
     parser.add_argument("--new-flags", metavar="FLAGS", default="",
                         help="compiler flags for the new version only, after the kernel's own, joined by '=' "
                              "(--new-flags=-mno-avx512f: a value that starts with '-'; with --against HEAD and no "
                              "change: the flags' effect alone)")
-    parser.add_argument("--mkl", action="store_true",
-                        help="build both versions against MKL (for a patch that calls it)")
     args = parser.parse_args(argv)
     if (args.against is None) == (not args.orders):
         parser.error("give either --against REV (two versions) or --orders (one kernel, both orders)")
     schemes = [parse_scheme(text) for text in args.schemes or DEFAULT_SCHEMES]
     new_source = (ROOT / KERNEL).read_text()
-    if args.patch:
-        new_source = patched(new_source, args.patch)
     BENCH.keep_freed_memory()
     torch.set_num_threads(1)
     folder = Path(tempfile.gettempdir()) / "lmstudy_kernel_ab"  # the sources stay put, so a rerun reuses the builds
     folder.mkdir(exist_ok=True)
     if args.orders:  # one kernel, B first as "old" and A first as "new"
         print("building the working tree's kernel (about 40 s, once)", flush=True)
-        modules = dict.fromkeys(("old", "new"), build(new_source, folder, args.mkl))
+        modules = dict.fromkeys(("old", "new"), build(new_source, folder))
         orders = {"old": False, "new": True}
     else:
         print(f"building the kernel at {args.against} and the working tree's (about 40 s each, once)", flush=True)
-        modules = {"old": build(source_at(args.against), folder, args.mkl),
-                   "new": build(new_source, folder, args.mkl, shlex.split(args.new_flags))}
+        modules = {"old": build(source_at(args.against), folder),
+                   "new": build(new_source, folder, shlex.split(args.new_flags))}
         orders = None
     print(f"torch {torch.__version__}, 1 thread, {TOKENS} tokens, forward + backward, CPU time, median of "
           f"{args.repeats} rounds after 2 warm-up, " + ("orders" if args.orders else "versions") + " alternating")

@@ -86,7 +86,9 @@ def test_kernel_ab_reads_the_old_kernel_from_git_and_refuses_bad_input():
         with pytest.raises(SystemExit, match="a scheme is P,Q,R,T"):
             ab.parse_scheme(bad)
     assert all(ab.parse_scheme(text) for text in ab.DEFAULT_SCHEMES)
-    for args in ([], ["--against", "HEAD", "--orders"]):  # two versions or one kernel in both orders, not both
+    # two versions or one kernel in both orders, not both; the retired --patch and --mkl are gone
+    for args in ([], ["--against", "HEAD", "--orders"], ["--against", "HEAD", "--patch", "x.patch"],
+                 ["--against", "HEAD", "--mkl"]):
         with pytest.raises(SystemExit):
             ab.main(args)
 
@@ -99,32 +101,6 @@ def test_kernel_ab_orders_times_one_kernel_in_both_orders_that_agree():
     assert kernel is not None
     row = ab.compare({"old": kernel, "new": kernel}, (8, 8, 8, 8, 2), repeats=1, orders={"old": False, "new": True})
     assert row["order"] == "B vs A" and row["agree"] and row["old_ms"] > 0 and row["new_ms"] > 0
-
-
-def test_kernel_ab_patches_apply_to_the_kernel_and_mkl_is_found_or_refused(tmp_path, monkeypatch):
-    ab = load_bench("bench_kronecker_kernel_ab")
-    source = (ab.ROOT / ab.KERNEL).read_text()
-    patches = sorted((ab.ROOT / "benchmarks" / "kernel_patches").glob("*.patch"))
-    assert [patch.name for patch in patches] == ["backward_pieces.patch", "mkl_jit_backward.patch"]
-    for patch in patches:  # the experiments the README quotes stay runnable on today's kernel
-        new = ab.patched(source, patch)
-        assert new != source and "kron_backward" in new
-    bad = tmp_path / "bad.patch"
-    # A context line that is not in the kernel: the patch no longer applies.
-    bad.write_text(patches[0].read_text().replace(" #include <utility>", " #include <no_such_header>"))
-    with pytest.raises(SystemExit, match="does not apply"):
-        ab.patched(source, bad)
-    monkeypatch.setenv("MKLROOT", str(tmp_path))
-    monkeypatch.setattr(ab.sys, "prefix", str(tmp_path))
-    with pytest.raises(SystemExit, match="pip install mkl mkl-include"):
-        ab.mkl_flags()
-    (tmp_path / "include").mkdir()
-    (tmp_path / "include" / "mkl.h").write_text("")
-    (tmp_path / "lib").mkdir()
-    for name in ("intel_lp64", "sequential", "core"):
-        (tmp_path / "lib" / f"libmkl_{name}.so.3").write_text("")
-    includes, ldflags = ab.mkl_flags()
-    assert includes == [str(tmp_path / "include")] and ldflags[-1] == f"-Wl,-rpath,{tmp_path / 'lib'}"
 
 
 def test_kernel_ab_builds_the_new_version_with_extra_flags_as_a_module_of_its_own(tmp_path, monkeypatch):
