@@ -53,7 +53,7 @@ PUBLISHED = {table.study: table for table in (
                    "Stylianou & Vlahavas 2020, Entity-Transformers"),
     PublishedTable("03", "lmstudy.krony.study:published_claims", "03_krony_claims.csv",
                    "Krony-PT 2024"),
-    PublishedTable("04", "lmstudy.ctrl.study:published_claims", "04_control_codes_claims.csv",
+    PublishedTable("04", "lmstudy.ctrl.claims:published_claims", "04_control_codes_claims.csv",
                    "Keskar et al. 2019, CTRL"),
 )}
 

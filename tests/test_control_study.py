@@ -116,6 +116,7 @@ def test_repetition_sweep_penalty_reduces_repetition(trained):
     sweep = repetition_sweep(loaded.model, loaded.tokenizer, ["Alpha", "Beta"], prompts=["pear"],
                              settings=settings, max_new_tokens=25)
     assert len(sweep) == 5 * 2 and (sweep["tokens"] == 25).all()  # eos does not cut the sweep short
+    assert sweep["continuation"].str.len().gt(0).all()  # the texts are kept (the judged sweep scores them)
     summary = repetition_summary(sweep).set_index("setting")
     assert list(summary.index) == list(settings)
     # θ = 1 is greedy itself; a strong penalty leaves fewer repeated 4-grams and more distinct tokens.
@@ -126,3 +127,81 @@ def test_repetition_sweep_penalty_reduces_repetition(trained):
     figure = repetition_plot(summary.reset_index())
     assert isinstance(figure, plt.Figure)
     plt.close(figure)
+
+
+# --------------------------------------------------------------------------------------------
+# the judge (lmstudy.ctrl.quality) and the claims (lmstudy.ctrl.claims)
+
+
+def test_bits_per_byte_batched_equals_one_by_one_and_by_hand(trained):
+    import torch
+
+    from lmstudy.ctrl.quality import bits_per_byte
+
+    loaded, *_ = trained  # the tiny model judges (any causal LM with its tokenizer does)
+    model, tokenizer = loaded.model, loaded.tokenizer
+    prompts, texts = ["pear", "gear", "pear"], [" apple plum.", " bolt nut gear bolt.", ""]
+    batched = bits_per_byte(model, tokenizer, prompts, texts, batch_size=2)
+    alone = [bits_per_byte(model, tokenizer, [p], [t])[0] for p, t in zip(prompts, texts)]
+    assert batched[:2] == pytest.approx(alone[:2], rel=1e-5)
+    assert math.isnan(batched[2]) and math.isnan(alone[2])  # an empty continuation has no bytes
+    prefix = [tokenizer.eos_token_id] + tokenizer("pear", add_special_tokens=False)["input_ids"]  # no bos: eos
+    target = tokenizer(" apple plum.", add_special_tokens=False)["input_ids"]
+    with torch.no_grad():
+        log_probs = torch.log_softmax(model(input_ids=torch.tensor([prefix + target])).logits[0], dim=-1)
+    nats = -sum(float(log_probs[len(prefix) - 1 + i, token]) for i, token in enumerate(target))
+    assert batched[0] == pytest.approx(nats / math.log(2) / len(" apple plum.".encode()), rel=1e-5)
+
+
+def _committed_tables():
+    from lmstudy.ctrl.claims import read_tables
+
+    tables = read_tables()
+    if any(tables[name] is None for name in ("perplexity", "attribution", "controllability", "repetition", "mixing",
+                                             "links", "attribution_examples")):
+        pytest.skip("the study's committed tables are not here")
+    return tables
+
+
+def test_claims_from_the_committed_tables_read_every_claim_once_per_arm():
+    from lmstudy.claims import NOT_RUN, RULE
+    from lmstudy.ctrl.claims import claims
+
+    table = claims(_committed_tables())
+    assert table.attrs["rule"] == RULE
+    assert not table.duplicated(["claim", "level"]).any()
+    assert set(table["level"]) == {"from_base", "scratch"}
+    steering = table[table["claim"].str.startswith("Control codes govern")]
+    assert len(steering) == 6 and (steering["seeds"] == 21).all()  # 3 comparisons x 2 arms, the 21 domains
+    assert table[table["verdict"] == NOT_RUN]["note"].notna().all()
+    scratch_judged = table[(table["level"] == "scratch") & table["claim"].str.contains("SmolLM2")]
+    assert (scratch_judged["verdict"] == NOT_RUN).all() and len(scratch_judged) == 2  # no weights, no texts
+
+
+def test_claims_without_the_judged_tables_say_how_to_make_them():
+    from lmstudy.claims import NOT_RUN, ONE_SEED
+    from lmstudy.ctrl.claims import claims
+
+    tables = {**_committed_tables(), "quality": None, "ratings": None}
+    table = claims(tables).set_index(["claim", "level"])
+    missing = table[table["note"].fillna("").str.contains("python -m lmstudy ctrl quality")]
+    assert len(missing) == 4 and (missing["verdict"] == NOT_RUN).all()  # 2 judged + 2 Rating: rows
+    repeat = table.xs("from_base", level="level")
+    repeat = repeat[repeat.index.str.contains("prevents the repetitions")]
+    assert repeat["verdict"].tolist() == [ONE_SEED]  # the published sweep kept one mean per rule
+
+
+def test_link_claim_counts_a_value_named_under_its_own_url_only():
+    from lmstudy.claims import HOLDS, WITHIN_NOISE
+    from lmstudy.ctrl.claims import _link_rows
+
+    links = pd.DataFrame({"probe": ["topic"] * 3, "value": ["grain", "crude", "acq"],
+                          "continuation": ["grain prices rose", "crude oil fell", "the company said"],
+                          "overlap": [0.1, 0.2, 0.1], "mentions": [1.0, 1.0, 0.0]})
+    steered, changed = _link_rows(links, "")
+    assert steered.effect.mean == pytest.approx(2 / 3) and steered.effect.n == 3
+    assert changed.verdict == HOLDS
+    # The same value named under every URL is no steering at all.
+    everywhere = links.assign(continuation=["grain", "grain", "grain"], mentions=[1.0, 0.0, 0.0])
+    steered, _ = _link_rows(everywhere, "")
+    assert steered.effect.mean == pytest.approx(0.0) and steered.verdict == WITHIN_NOISE

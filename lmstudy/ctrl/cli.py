@@ -1,9 +1,11 @@
-"""``python -m lmstudy generate``, ``attribute`` and ``ctrl add-codes``: the CTRL model from the shell.
+"""``python -m lmstudy generate``, ``attribute``, ``ctrl add-codes`` and ``ctrl quality``: the CTRL model from
+the shell.
 
     python -m lmstudy generate --model DIR --code Reviews --code News --prompt "The film" --penalty ctrl
     python -m lmstudy generate --model DIR --code "r/Sports English:" --prompt "The team won ; German:"
     python -m lmstudy attribute --model DIR "Rating: 5.0 A wonderful film."
     python -m lmstudy ctrl add-codes --model DIR --code Recipes=recipes/ --code Poems=poems.jsonl
+    python -m lmstudy ctrl quality   # study 04's judged repetition sweep and Rating: probe (lmstudy.ctrl.quality)
 
 ``register(subparsers)`` adds the three commands (the lead wires it into ``lmstudy/__main__.py``).
 Bad input (unknown code, empty prompt, a folder that is no model) raises ``ValueError`` /
@@ -71,8 +73,19 @@ def _add_codes(args) -> int:
     return 0
 
 
+def _quality(args) -> int:
+    import torch
+
+    from lmstudy.ctrl.quality import write_quality_tables
+
+    torch.set_num_threads(args.threads)
+    for path in write_quality_tables(args.model, args.judge, args.out):
+        print(f"wrote {path}")
+    return 0
+
+
 def _register_ctrl(subparsers) -> None:
-    ctrl = subparsers.add_parser("ctrl", help="control-code model tools (CTRL study): add-codes")
+    ctrl = subparsers.add_parser("ctrl", help="control-code model tools (CTRL study): add-codes, quality")
     commands = ctrl.add_subparsers(dest="ctrl_command", required=True, metavar="SUBCOMMAND")
     add = commands.add_parser(
         "add-codes", help="fine-tune a copy of a control-code model with new codes learnt from your own text",
@@ -95,6 +108,20 @@ def _register_ctrl(subparsers) -> None:
     add.add_argument("--seed", type=int, default=0)
     add.add_argument("--force", action="store_true", help="replace --out if it exists")
     add.set_defaults(handler=_add_codes)
+    quality = commands.add_parser(
+        "quality", help="study 04's judged repetition sweep and Rating: probe -> figures/ (lmstudy.ctrl.quality)",
+        description="Regenerate the repetition sweep of a control-code model (default: the demo checkpoint, the "
+                    "from_base arm) with its texts, score every continuation with another model (default: SmolLM2, "
+                    "bits per byte), and measure the secondary code Rating: (held-out reviews' loss under their "
+                    "own and the opposite rating; generations under Rating: 5.0 and 1.0). Writes "
+                    "04_control_codes_quality.csv and 04_control_codes_ratings.csv, which the claims of study 04 "
+                    "read (python -m lmstudy claims 04).",
+    )
+    quality.add_argument("--model", default="models/ctrl-demo", help="the generator (a control-code model folder)")
+    quality.add_argument("--judge", default="smollm2", help="the judging model (lmstudy.pretrained.load_pretrained)")
+    quality.add_argument("--out", default=None, help="folder of the two tables (default: figures/)")
+    quality.add_argument("--threads", type=int, default=2, help="torch threads (default 2)")
+    quality.set_defaults(handler=_quality)
 
 
 def register(subparsers) -> None:

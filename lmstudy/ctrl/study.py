@@ -267,8 +267,9 @@ def neutral_prompts(count: int = 0) -> tuple[str, ...]:
 def repetition_sweep(model, tokenizer, codes: Sequence[str], prompts: Sequence[str] = NEUTRAL_PROMPTS,
                      settings: Mapping[str, SamplingConfig] | None = None, max_new_tokens: int = 60,
                      seed: int = 0) -> pd.DataFrame:
-    """One row per (setting, prompt, code): the repetition stats and the model's perplexity of the
-    continuation. Generation runs to ``max_new_tokens`` (eos does not stop it) so lengths match."""
+    """One row per (setting, prompt, code): the continuation's text, its repetition stats and the model's
+    perplexity of the continuation. Generation runs to ``max_new_tokens`` (eos does not stop it) so lengths
+    match."""
     settings = decoding_settings() if settings is None else settings
     rows = []
     for name, sampling in settings.items():
@@ -277,8 +278,8 @@ def repetition_sweep(model, tokenizer, codes: Sequence[str], prompts: Sequence[s
             for g in generate_codes(model, tokenizer, prompt, codes, sampling, max_new_tokens, seed,
                                     stop_at_eos=False):
                 prefix = [code_id(tokenizer, g.code)] + prompt_ids
-                rows.append({"setting": name, "prompt": prompt, "code": g.code, "tokens": len(g.token_ids),
-                             **repetition_stats(g.token_ids),
+                rows.append({"setting": name, "prompt": prompt, "code": g.code, "continuation": g.text,
+                             "tokens": len(g.token_ids), **repetition_stats(g.token_ids),
                              "perplexity": _continuation_perplexity(model, prefix, g.token_ids)})
     return pd.DataFrame(rows)
 
