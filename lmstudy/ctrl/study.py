@@ -26,7 +26,8 @@ What the notebook measures, and our decisions:
   in the same continuation) of continuations from greedy decoding, greedy + the paper's penalty
   (θ over a grid), greedy + HF's penalty and nucleus sampling. "Quality" is the model's own
   perplexity of the continuation given its code, *without* any penalty: how far the penalty pushes
-  the text away from what the model finds likely (a proxy; the paper judged quality by eye).
+  the text away from what the model finds likely (a proxy; the paper judged quality by eye). A model grading
+  its own text is circular: the claims judge it with another model (``lmstudy.ctrl.quality``, SmolLM2).
 - **Two arms** (``lmstudy.ctrl.model.arm_config``: fine-tuned from the shared base vs the base's
   architecture and tokenizer trained from random weights with the same steps, batch, schedule and
   data). Every table above is computed for each arm and stacked with an ``arm`` column
