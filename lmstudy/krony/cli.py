@@ -3,8 +3,6 @@ trains notebook 03's dense baselines (the distilled and the equal-data scratch m
 
 from __future__ import annotations
 
-STUDY_NOTEBOOK = "03_kronecker"
-
 
 def register(subparsers) -> None:
     """Add ``krony table`` and ``krony baselines`` to the ``lmstudy`` command line."""
@@ -50,7 +48,7 @@ def study_config(scale: str, parameters: list[tuple[str, str]]):
     parameters cell; a ValueError names a key that is not a parameter (``lmstudy.__main__`` prints it as one line)."""
     from dataclasses import fields
 
-    from lmstudy.krony.study import KronyConfig
+    from lmstudy.krony.study import STUDY_NOTEBOOK, KronyConfig
     from lmstudy.notebook_runner import parse_overrides
     from lmstudy.scales import preset
 

@@ -99,13 +99,13 @@ from lmstudy.krony.model import (
 )
 from lmstudy.lm_batches import LMTask
 from lmstudy.runs import Run, cached, config_hash, get_run
-from lmstudy.krony.cli import STUDY_NOTEBOOK
 from lmstudy.paths import figures_dir
 from lmstudy.scales import SCALES, preset
 from lmstudy.tokenization import load_tokenizer
 from lmstudy.training import TrainConfig, count_parameters, kept_checkpoint, train, train_and_restore
 
 STUDY = "03_krony_shared"
+STUDY_NOTEBOOK = "03_kronecker"  # the notebook whose scale presets configure the study
 CLASSES = ("96M", "81M", "67M")
 PAPER_RATIOS = {"96M": 95 / 124, "81M": 81 / 124, "67M": 67 / 124}  # the paper's sizes over GPT-2's 124M
 KINDS = ("krony", "distilled", "scratch")
