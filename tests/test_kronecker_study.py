@@ -170,8 +170,6 @@ def synthetic_grid(**validation) -> pd.DataFrame:
 
 
 OUTPERFORMS = "Our 81M model variant outperforms distilgpt2 on all standard language modeling datasets"
-LEGACY = pd.DataFrame([{"model": "dense, same size", "class": "81M", "wikitext_ppl": 700.0, "lambada_ppl": 1500.0},
-                       {"model": "distilled", "class": "81M", "wikitext_ppl": 702.0, "lambada_ppl": 1400.0}])
 
 
 def test_claims_on_synthetic_numbers():
@@ -179,7 +177,7 @@ def test_claims_on_synthetic_numbers():
     table6 = pd.DataFrame([{"factors": 1, "scalars": False, "wikitext_bpb": 2.3},
                            {"factors": 1, "scalars": True, "wikitext_bpb": 2.31},
                            {"factors": 4, "scalars": False, "wikitext_bpb": 2.25}])  # 4 with scalars: not run
-    table = claims(config, synthetic_grid(), table6, synthetic_trend(), legacy=LEGACY)
+    table = claims(config, synthetic_grid(), table6, synthetic_trend())
     assert table.attrs["rule"] == RULE
     wikitext = table[(table["claim"] == OUTPERFORMS) & (table["dataset"] == "WikiText-2 test")]
     assert wikitext["verdict"].tolist() == ["does not hold", "within noise", "holds"]  # per checkpoint, by tokens
@@ -215,8 +213,8 @@ def test_claims_on_synthetic_numbers():
     assert by_claim.filter(like="converge to around 4", axis=0)["verdict"].tolist() == ["not run"]
     distillation = table[table["claim"].str.startswith("Distillation")]
     assert distillation["dataset"].tolist() == ["WikiText-2 test", "LAMBADA"]
-    assert distillation["verdict"].tolist() == ["one seed", "one seed"]
-    assert "old Wikipedia base" in distillation["note"].iloc[0]
+    assert distillation["verdict"].tolist() == ["not run", "not run"]  # no model of ours trained both ways
+    assert "git tag legacy-old-base" in distillation["note"].iloc[0]
     assert not (set(table["verdict"]) - set(VERDICTS))
 
 
@@ -224,7 +222,7 @@ def test_claims_note_an_init_the_test_set_would_have_chosen_differently():
     config = smoke_config(classes=["81M"], table6_factors=[1])
     table6 = pd.DataFrame([{"factors": 1, "scalars": s, "wikitext_bpb": 2.3} for s in (False, True)])
     grid = synthetic_grid(van_loan=4.3)  # validation: random (4.1); test bits per byte: van_loan (2.0)
-    note = claims(config, grid, table6, synthetic_trend(), legacy=LEGACY)["note"].iloc[0]
+    note = claims(config, grid, table6, synthetic_trend())["note"].iloc[0]
     assert "test bits per byte would pick van_loan" in note
     assert "the trend ran van_loan, not the validation choice random: rerun it" in note
 

@@ -5,8 +5,8 @@ The paper compresses GPT-2 small (124M) by replacing both MLP matrices of every 
 random, continues training, and claims its 81M model beats DistilGPT2 (82M). A claim about compressing a
 *well-trained* model cannot show on a weak one, so we measure it from each of the three kept checkpoints of the
 shared base (:func:`lmstudy.base.study_base`: 10%, 30% and 100% of its training tokens) and report the direction
-the effect moves (``lmstudy.claims``). Run-cache study ``03_krony_shared``; the earlier study on the old
-Wikipedia base is :mod:`lmstudy.krony.published` (its archived runs replay unchanged).
+the effect moves (``lmstudy.claims``). Run-cache study ``03_krony_shared``. The earlier study on an older
+Wikipedia base was retired; git tag ``legacy-old-base`` is the last commit that replays it.
 
 Models (``ModelSpec``), all started from one base checkpoint and given the same continued training:
 
@@ -771,7 +771,6 @@ def trend_gaps(trend: pd.DataFrame, metric: str = "wikitext_bpb") -> pd.DataFram
 # 1.16% of DistilGPT2's log perplexity.
 NEGLIGIBLE_PERCENT = 0.1  # a tenth of that win: a real difference below it is negligible
 SIMILAR_PERCENT = 1.0  # "do not help much", "no benefits": within ± 1%, just under the smallest win the paper reports
-LEGACY_RESULTS = "03_kronecker_results.csv"  # the old-base study's published table (lmstudy.krony.published)
 
 
 def _one(table: pd.DataFrame, **where) -> pd.Series | None:
@@ -856,18 +855,10 @@ def _paper_table4(column: str, krony: str, what: str) -> str:
             f"{effect:+.2f}%")
 
 
-def legacy_results() -> pd.DataFrame | None:
-    """The old-base study's published table (``figures/03_kronecker_results.csv``, :mod:`lmstudy.krony.published`),
-    or None where this checkout has no such file."""
-    path = figures_dir() / LEGACY_RESULTS
-    return pd.read_csv(path) if path.exists() else None
-
-
-def claims(config: KronyConfig, grid: pd.DataFrame, table6_rows: pd.DataFrame, trend: pd.DataFrame,
-           legacy: pd.DataFrame | None = None) -> pd.DataFrame:
+def claims(config: KronyConfig, grid: pd.DataFrame, table6_rows: pd.DataFrame, trend: pd.DataFrame) -> pd.DataFrame:
     """The paper's claims, as the paper states them, through :mod:`lmstudy.claims`' rule.
 
-    Every effect is in % of the loss of the side compared against (bits per byte; LAMBADA and the old study's
+    Every effect is in % of the loss of the side compared against (bits per byte; LAMBADA's target
     perplexities as log perplexities), positive = the paper's direction; thresholds ``NEGLIGIBLE_PERCENT`` (0.1%)
     and, for the two "not much" claims, the equivalence margin ``SIMILAR_PERCENT`` (± 1%): both from the
     paper's smallest reported win, 1.16% (module constants).
@@ -879,9 +870,8 @@ def claims(config: KronyConfig, grid: pd.DataFrame, table6_rows: pd.DataFrame, t
     - "A fair comparison would be to initialize all the parameters ... with random values" (Sec. 5.2): the same
       against the scratch model (random init, the same tokens), WikiText-2.
     - "Empirical evidence shows no benefits [of distillation] compared to only vanilla supervised learning"
-      (Sec. 1): our shared-base runs have no model trained both with and without distillation; the old-base study
-      (``legacy``, default :func:`legacy_results`) has one: a dense model from one random init, the same budget,
-      with and without KD (one seed). An equivalence: no benefit = within the margin.
+      (Sec. 1): not run. Our shared-base runs have no model trained both with and without distillation; the
+      old-base study (git tag ``legacy-old-base``) had one such pair, one seed, and was retired with that base.
     - Van Loan and pruning initialisation pass on the pre-training (Sec. 3.4, 5.2): each beats random init, per
       class (the grid: seed 0).
     - "Adding multiple factors do not help much, but adding scalars can during training improve model
@@ -893,7 +883,6 @@ def claims(config: KronyConfig, grid: pd.DataFrame, table6_rows: pd.DataFrame, t
     init is the grid's lowest validation loss (:func:`best_init`); its rows' note says which and what test bits
     per byte would have picked.
     """
-    legacy = legacy_results() if legacy is None else legacy
     seed, size = config.seeds[0], config.compare_class
     rows: list[ClaimRow] = []
 
@@ -924,20 +913,14 @@ def claims(config: KronyConfig, grid: pd.DataFrame, table6_rows: pd.DataFrame, t
                          "wikitext_bpb", "bits/byte", dataset="WikiText-2 test",
                          note="effect: % of the scratch model's bits per byte; the paper argues it, does not run it")
 
-    # Distillation: only the old-base study trained one model both with and without it.
+    # Distillation: no run of ours trains one model both with and without it.
     no_distillation = ("Distillation: empirical evidence shows no benefits compared to only vanilla supervised "
                        "learning")
-    old_study = ("old Wikipedia base (lmstudy.krony.published, figures/03_kronecker_results.csv): a dense model of "
-                 "the 81M class's size from one random init and budget, without vs with KD from the base; the shared "
-                 "base's runs have no model trained both ways")
-    for metric, dataset in (("wikitext_ppl", "WikiText-2 test"), ("lambada_ppl", "LAMBADA")):
-        if legacy is None:
-            rows.append(ClaimRow.not_run(no_distillation, f"{LEGACY_RESULTS} not found; {old_study}", dataset=dataset))
-            continue
-        rows.append(_compare(no_distillation, _values(legacy, metric, 0, model="dense, same size"),
-                             _values(legacy, metric, 0, model="distilled"), ("without KD", "with KD"), "ppl",
-                             log=True, similar=True, value_digits=1, dataset=dataset, paper="no number",
-                             note=f"equivalence within ± {SIMILAR_PERCENT:g}% of log perplexity; {old_study}"))
+    for dataset in ("WikiText-2 test", "LAMBADA"):
+        rows.append(ClaimRow.not_run(
+            no_distillation, "our shared-base runs have no model trained both with and without distillation; the "
+            "old-base study (git tag legacy-old-base) had one such pair, one seed", dataset=dataset,
+            paper="no number"))
 
     # Initialisation, per class (the grid, seed 0).
     final = grid[grid["model"] == LABELS["krony"]]
@@ -980,7 +963,7 @@ def claims(config: KronyConfig, grid: pd.DataFrame, table6_rows: pd.DataFrame, t
 def published_claims() -> pd.DataFrame:
     """The published claims table (``figures/03_krony_claims.csv``, ``python -m lmstudy claims 03``) from the
     committed tables of the cpu run only (``figures/03_krony_grid.csv``, ``_table6.csv``, ``_trend.csv``, written
-    from the archived runs ``results/runs/03_krony_shared``, and the old study's ``03_kronecker_results.csv``):
+    from the archived runs ``results/runs/03_krony_shared``):
     :func:`claims` with the cpu preset, nothing trained or loaded."""
     figures = figures_dir()
     grid, rows6, trend = (pd.read_csv(figures / f"03_krony_{name}.csv") for name in ("grid", "table6", "trend"))
