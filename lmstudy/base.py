@@ -50,12 +50,13 @@ import torch
 from tqdm.auto import tqdm
 from transformers import GPT2Config, GPT2LMHeadModel
 
+from lmstudy.checkpoints import kept_checkpoint
 from lmstudy.data.splits import BASE_DOMAINS
 from lmstudy.lm_batches import LMTask
 from lmstudy.paths import models_dir
 from lmstudy.runs import Run, atomic_write_json, cached, get_run, main_process_first, read_log_records
 from lmstudy.tokenization import load_tokenizer, train_bpe
-from lmstudy.training import TrainConfig, count_parameters, kept_checkpoint, train
+from lmstudy.training import TrainConfig, count_parameters, train
 
 DATA_STUDY = "base_data"
 STUDY = "base"

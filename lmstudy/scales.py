@@ -11,29 +11,6 @@ from __future__ import annotations
 
 SCALES = ("smoke", "cpu", "paper")
 
-# The old small GPT-2 pretrained on our Wikipedia split (lmstudy.wiki_base): stage 1 of the Krony-PT study
-# published on it (lmstudy.krony.published, archived runs under 03_kronecker). Kept so those runs replay;
-# the studies now start from the shared base (the "base" preset). ``eval_every`` and the evaluation slices
-# (``wikitext_tokens``, ``lambada_examples``) served every stage of that study.
-WIKI_BASE: dict[str, dict] = {
-    # Seconds: 2x32 GPT-2, a 512-id BPE on 40 Wikipedia documents, 30 steps.
-    "smoke": dict(
-        vocab_size=512, train_docs=40, valid_docs=5, n_layer=2, n_head=2, n_embd=32, seq_len=64, batch_size=8,
-        pretrain_steps=30, lr=3e-3, eval_every=10, wikitext_tokens=2000, lambada_examples=30, seed=0,
-    ),
-    # 4x256 GPT-2, 8k BPE, batch 16 x 128 = 2,048 tokens a step, all 4,287 Wikipedia train documents (1.42M
-    # tokens: 1,000 steps are 1.4 epochs).
-    "cpu": dict(
-        vocab_size=8192, train_docs=0, valid_docs=100, n_layer=4, n_head=4, n_embd=256, seq_len=128, batch_size=16,
-        pretrain_steps=1000, lr=1e-3, eval_every=250, wikitext_tokens=50_000, lambada_examples=500, seed=0,
-    ),
-    # GPT-2 small's dims (a GPU box), still pretrained here.
-    "paper": dict(
-        vocab_size=50257, train_docs=0, valid_docs=500, n_layer=12, n_head=12, n_embd=768, seq_len=1024,
-        batch_size=32, pretrain_steps=50000, lr=6e-4, eval_every=1000, wikitext_tokens=0, lambada_examples=0, seed=0,
-    ),
-}
-
 # awd-lstm-lm's PTB regularisation (Merity et al. 2017; Welch's Baseline column), the same at every scale of the
 # Welch studies (01, 01b): the defaults of lmstudy.welch.study.EmbeddingInitConfig, spelled out in every preset so
 # that a notebook has the same parameters at every scale (a -p override of any of them reaches the runs).
@@ -229,10 +206,8 @@ PRESETS: dict[str, dict[str, dict]] = {
                              eval_every=1_000, lr=3e-4),
         ),
     },
-    "wiki_base": WIKI_BASE,
-    # Krony-PT (Ayoub 2024) on the shared base (lmstudy.krony.study; the published old-base run's preset is frozen
-    # in lmstudy.krony.published). Classes are the paper's factor shapes for our dims (96M: B=(2,1), 81M: B=(4,1),
-    # 67M: tiny balanced factors); the trend (compare_class vs its distilled and scratch same-size models, ``seeds``)
+    # Krony-PT (Ayoub 2024) on the shared base (lmstudy.krony.study). Classes are the paper's factor shapes for our
+    # dims (96M: B=(2,1), 81M: B=(4,1), 67M: tiny balanced factors); the trend (compare_class vs its distilled and scratch same-size models, ``seeds``)
     # starts from each base checkpoint in ``fractions``; the grid and Table 6 from the last, seed 0.
     # ``base_overrides``: changes to the shared base's preset ("base" below), e.g. a dry run's budget; {} = none.
     # ``finetune_tokens``: every model's continued-training budget; the evaluation slices are the protocol's

@@ -51,15 +51,11 @@ Decisions:
 - Weight decay applies to parameters with two or more dimensions (matrices, embeddings), not to
   biases and norm gains (nanoGPT / HF convention). Frozen parameters (``requires_grad=False``)
   are not given to the optimizer.
-- Checkpoints (``run.checkpoint_dir/step-NNNNNNNNN/``) hold ``model.safetensors`` (written by
-  ``safetensors.torch.save_model``, which copes with tied weights; :func:`save_model_file` also with a GPU's
-  cuDNN-flattened LSTM weights), ``state.safetensors`` (every
-  tensor of the optimizer state, the torch RNG states and the carry) and ``state.json`` (all the
-  rest: step, epoch, position in the epoch, early-stopping state, optimizer class and
-  hyperparameters, python/numpy RNG states, the TrainConfig). Nothing is ever unpickled. A
-  checkpoint is written into a temp folder and renamed into place, then older ones are deleted,
-  so the latest complete checkpoint always exists. On resume ``log.jsonl`` is cut back to the
-  checkpoint's step, so the log never holds a step twice. The checkpoint of a finished run (the
+- A checkpoint (``run.checkpoint_dir/step-NNNNNNNNN/``, written by ``lmstudy.checkpoints``, which says how)
+  holds the weights, the optimizer's state, every process's RNG states and carry, and the ``TrainState`` and
+  ``TrainConfig`` (JSON; nothing is ever unpickled); the latest complete checkpoint always exists. On resume
+  ``log.jsonl`` is cut back to the checkpoint's step, so the log never holds a step twice, and a checkpoint
+  written with another ``TrainConfig`` is refused. The checkpoint of a finished run (the
   final one) has no optimizer state: nothing steps again (a longer run is another config, another
   run), and for AdamW it would be twice the weights, written in seconds per 100M parameters.
   Reading a finished run back through ``train`` builds a fresh optimizer in its place.
@@ -97,32 +93,29 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import inspect
 import itertools
 import json
 import math
 import os
-import random
 import shutil
-import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
-import numpy as np
 import torch
 from accelerate import Accelerator
 from accelerate.state import AcceleratorState
 from accelerate.utils import (GradientAccumulationPlugin, broadcast_object_list, gather_object, send_to_device,
                                set_seed)
 from accelerate.utils.operations import honor_type
-from safetensors.torch import load_file, load_model, save_file, save_model
 from tqdm.auto import tqdm
 
+# kept_checkpoint: the checkpoints of TrainConfig.keep_checkpoints, which the studies also import from here.
+from lmstudy.checkpoints import (kept_checkpoint, latest_checkpoint, load_weights, read_checkpoint,  # noqa: F401
+                                 restore_checkpoint, rng_state, save_best, save_checkpoint)
 from lmstudy.runs import Run, atomic_write_text, process_state, read_log_records, to_jsonable
 
-CHECKPOINT_FORMAT = 1
 OPTIMIZERS = ("adamw", "sgd")
 LR_SCHEDULES = ("constant", "cosine")
 MIXED_PRECISION = ("no", "fp16", "bf16")
@@ -300,177 +293,12 @@ def _unwrap_optimizer(optimizer) -> torch.optim.Optimizer:
 
 
 # --------------------------------------------------------------------------------------------
-# JSON + safetensors serialisation of nested state (optimizer state_dict, RNG states, carry)
-
-
-def _pack(obj: Any, tensors: dict[str, torch.Tensor], key: str) -> Any:
-    """JSON-able form of ``obj``; its tensors go into ``tensors`` under dotted keys."""
-    if isinstance(obj, torch.Tensor):
-        tensor = obj.detach().to("cpu")
-        whole = tensor.is_contiguous() and tensor.storage_offset() == 0 and (
-            tensor.untyped_storage().nbytes() == tensor.numel() * tensor.element_size())
-        # safetensors refuses tensors that share storage (views): those are copied. A tensor that is its whole
-        # storage (optimizer moments) is written as it is: copying AdamW's state of GPT-2 small took 2 s.
-        tensors[key] = tensor if whole else tensor.clone().contiguous()
-        return {"__tensor__": key}
-    if isinstance(obj, tuple):
-        return {"__tuple__": [_pack(v, tensors, f"{key}.{i}") for i, v in enumerate(obj)]}
-    if isinstance(obj, list):
-        return [_pack(v, tensors, f"{key}.{i}") for i, v in enumerate(obj)]
-    if isinstance(obj, dict):
-        if all(isinstance(k, str) for k in obj):
-            return {k: _pack(v, tensors, f"{key}.{k}") for k, v in obj.items()}
-        if all(isinstance(k, int) for k in obj):  # optimizer state is keyed by parameter index
-            return {"__intkeys__": {str(k): _pack(v, tensors, f"{key}.{k}") for k, v in obj.items()}}
-    if obj is None or isinstance(obj, (bool, int, float, str)):
-        return obj
-    raise TypeError(f"cannot checkpoint {type(obj).__name__} at {key!r}: use tensors, numbers, "
-                    "strings and (nested) lists, tuples or dicts of them")
-
-
-def _unpack(obj: Any, tensors: dict[str, torch.Tensor]) -> Any:
-    if isinstance(obj, list):
-        return [_unpack(v, tensors) for v in obj]
-    if isinstance(obj, dict):
-        if "__tensor__" in obj:
-            return tensors[obj["__tensor__"]]
-        if "__tuple__" in obj:
-            return tuple(_unpack(v, tensors) for v in obj["__tuple__"])
-        if "__intkeys__" in obj:
-            return {int(k): _unpack(v, tensors) for k, v in obj["__intkeys__"].items()}
-        return {k: _unpack(v, tensors) for k, v in obj.items()}
-    return obj
-
-
-def _pack_optimizer(optimizer: torch.optim.Optimizer, model: torch.nn.Module, tensors: dict) -> dict:
-    cls = type(optimizer)
-    if getattr(torch.optim, cls.__name__, None) is not cls:
-        raise TypeError(f"only torch.optim optimizers can be checkpointed, got {cls.__module__}.{cls.__name__}")
-    names = {id(p): name for name, p in model.named_parameters()}
-    param_names = []
-    for group in optimizer.param_groups:
-        missing = [p.shape for p in group["params"] if id(p) not in names]
-        if missing:
-            raise ValueError(f"the optimizer holds parameters that are not the model's (shapes {missing})")
-        param_names.append([names[id(p)] for p in group["params"]])
-    return {
-        "class": cls.__name__,
-        # Parameters are recorded by name so the optimizer can be rebuilt on a fresh model.
-        "param_names": param_names,
-        "defaults": _pack(optimizer.defaults, tensors, "optimizer_defaults"),
-        "state_dict": _pack(optimizer.state_dict(), tensors, "optimizer"),
-    }
-
-
-def _unpack_optimizer(info: dict, model: torch.nn.Module, tensors: dict) -> torch.optim.Optimizer:
-    cls = getattr(torch.optim, info["class"], None)
-    if not (isinstance(cls, type) and issubclass(cls, torch.optim.Optimizer)):
-        raise ValueError(f"checkpoint names an unknown optimizer class {info['class']!r}")
-    params = dict(model.named_parameters())
-    groups = [{"params": [params[name] for name in names]} for names in info["param_names"]]
-    # defaults also hold flags the constructor does not take (AdamW's decoupled_weight_decay).
-    accepted = inspect.signature(cls.__init__).parameters
-    defaults = {k: v for k, v in _unpack(info["defaults"], tensors).items() if k in accepted and k != "params"}
-    optimizer = cls(groups, **defaults)
-    optimizer.load_state_dict(_unpack(info["state_dict"], tensors))  # all hyperparameters and state
-    return optimizer
-
-
-def _rng_state() -> dict:
-    """This process's python, numpy, torch and CUDA RNG states (plain objects, CPU tensors)."""
-    return {"python": random.getstate(), "numpy": np.random.get_state(legacy=True),
-            "torch": torch.get_rng_state(),
-            "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else []}
-
-
-def _pack_rng(rng: dict, tensors: dict, prefix: str = "rng") -> dict:
-    tensors[f"{prefix}.torch"] = rng["torch"]
-    for i, state in enumerate(rng["cuda"]):
-        tensors[f"{prefix}.cuda.{i}"] = state
-    name, keys, pos, has_gauss, cached_gaussian = rng["numpy"]
-    return {
-        "python": _pack(rng["python"], tensors, f"{prefix}.python"),
-        "numpy": [name, keys.tolist(), pos, has_gauss, cached_gaussian],
-        "cuda_devices": len(rng["cuda"]),
-    }
-
-
-def _unpack_rng(info: dict, tensors: dict, prefix: str = "rng") -> None:
-    random.setstate(_unpack(info["python"], tensors))
-    name, keys, pos, has_gauss, cached_gaussian = info["numpy"]
-    np.random.set_state((name, np.array(keys, dtype=np.uint32), pos, has_gauss, cached_gaussian))
-    torch.set_rng_state(tensors[f"{prefix}.torch"])
-    if info["cuda_devices"] and torch.cuda.is_available() and torch.cuda.device_count() == info["cuda_devices"]:
-        torch.cuda.set_rng_state_all([tensors[f"{prefix}.cuda.{i}"] for i in range(info["cuda_devices"])])
-
-
-# --------------------------------------------------------------------------------------------
-# checkpoints
-
-
-def latest_checkpoint(run: Run) -> Path | None:
-    """The newest complete checkpoint folder of ``run`` (temp folders are never complete)."""
-    if not run.checkpoint_dir.is_dir():
-        return None
-    complete = [p for p in run.checkpoint_dir.glob("step-*") if (p / "state.json").is_file()]
-    return max(complete, key=lambda p: int(p.name.split("-")[1]), default=None)
-
-
-def kept_checkpoint(run: Run, step: int) -> Path:
-    """The folder of the checkpoint at ``step`` (kept when ``step`` is in ``TrainConfig.keep_checkpoints``)."""
-    path = run.checkpoint_dir / f"step-{step:09d}"
-    if not (path / "state.json").is_file():
-        raise FileNotFoundError(f"run {run.path} has no checkpoint at step {step}: train it that far first")
-    return path
-
-
-def _save_checkpoint(run: Run, model, optimizer, state: TrainState, config: TrainConfig,
-                     ranks: list[dict]) -> Path:
-    """Write a checkpoint; ``ranks`` holds every process's ``{"rng": _rng_state(), "carry": ...}``."""
-    run.checkpoint_dir.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(dir=run.checkpoint_dir, prefix=".tmp-"))
-    tensors: dict[str, torch.Tensor] = {}
-    payload = {
-        "format": CHECKPOINT_FORMAT,
-        "train_state": dataclasses.asdict(state),
-        "train_config": to_jsonable(config),
-        "optimizer": None if _finished(state, config) else _pack_optimizer(optimizer, model, tensors),
-        # The main process's RNG and carry where one-process checkpoints have always kept them.
-        "rng": _pack_rng(ranks[0]["rng"], tensors),
-        "carry": _pack(ranks[0]["carry"], tensors, "carry"),
-    }
-    if len(ranks) > 1:
-        payload["processes"] = len(ranks)
-        payload["other_ranks"] = [
-            {"rng": _pack_rng(r["rng"], tensors, f"rank{i}.rng"), "carry": _pack(r["carry"], tensors, f"rank{i}.carry")}
-            for i, r in enumerate(ranks[1:], start=1)
-        ]
-    save_model_file(model, tmp / "model.safetensors")
-    save_file(tensors, str(tmp / "state.safetensors"))
-    # state.json last: a folder is complete when it has one (see latest_checkpoint).
-    (tmp / "state.json").write_text(json.dumps(payload), encoding="utf-8")
-    final = run.checkpoint_dir / f"step-{state.step:09d}"
-    if final.exists():
-        shutil.rmtree(final)
-    tmp.rename(final)  # atomic: the checkpoint appears complete or not at all
-    kept = {f"step-{step:09d}" for step in config.keep_checkpoints}
-    for old in run.checkpoint_dir.iterdir():
-        if old != final and old.is_dir() and not old.name.startswith(".tmp-") and old.name not in kept:
-            shutil.rmtree(old, ignore_errors=True)
-    return final
+# checkpoints (their files: lmstudy.checkpoints)
 
 
 def _load_checkpoint(path: Path, model, config: TrainConfig, rank: int = 0, processes: int = 1):
     """Restore weights and process ``rank``'s RNG; returns (optimizer, state, carry of ``rank``)."""
-    payload = json.loads((path / "state.json").read_text(encoding="utf-8"))
-    if payload.get("format") != CHECKPOINT_FORMAT:
-        raise ValueError(f"checkpoint {path} has format {payload.get('format')!r}, expected {CHECKPOINT_FORMAT}")
-    written_by = payload.get("processes", 1)
-    if written_by != processes:
-        raise ValueError(
-            f"checkpoint {path} was written by {written_by} process(es), this is {processes}: resume it with "
-            f"{written_by} (accelerate launch --num_processes {written_by}) or start a new run"
-        )
+    payload = read_checkpoint(path, processes)
     # A field added to TrainConfig after the checkpoint was written counts as its default there.
     defaults = {f.name: to_jsonable(f.default) for f in dataclasses.fields(TrainConfig)
                 if f.default is not dataclasses.MISSING}
@@ -481,83 +309,15 @@ def _load_checkpoint(path: Path, model, config: TrainConfig, rank: int = 0, proc
             f"checkpoint {path} was written with another TrainConfig (differs in {changed}): "
             "train with the original config or start a new run"
         )
-    tensors = load_file(str(path / "state.safetensors"))
-    load_model_file(model, path / "model.safetensors")
-    if payload["optimizer"] is None:  # a finished run's checkpoint: nothing will step again
+    optimizer, carry = restore_checkpoint(path, payload, model, rank)
+    if optimizer is None:  # a finished run's checkpoint: nothing will step again
         optimizer = build_optimizer(model, config)
-    else:
-        optimizer = _unpack_optimizer(payload["optimizer"], model, tensors)
-    mine = payload if rank == 0 else payload["other_ranks"][rank - 1]
-    _unpack_rng(mine["rng"], tensors, "rng" if rank == 0 else f"rank{rank}.rng")
-    state = TrainState(**payload["train_state"])
-    carry = _unpack(mine["carry"], tensors)
-    return optimizer, state, carry
-
-
-@contextlib.contextmanager
-def _rnn_weights_apart(model: torch.nn.Module):
-    """On a GPU, cuDNN keeps an ``nn.LSTM``'s weights as views into one flat buffer (``flatten_parameters``), a
-    storage that none of them covers whole, and safetensors' ``save_model`` / ``load_model`` refuse it ("None is
-    covering the entire storage": the NER probe's tagger, the first time it trained on a GPU). Inside this context
-    every RNN weight is a tensor of its own (a copy; the same Parameter objects, so an optimizer's state still
-    applies); after it, cuDNN's flat buffer is rebuilt (``flatten_parameters`` is a no-op off the GPU)."""
-    rnns = [module for module in model.modules() if isinstance(module, torch.nn.RNNBase)]
-    with torch.no_grad():
-        for rnn in rnns:
-            for weight in rnn.parameters(recurse=False):
-                weight.data = weight.data.clone()
-    try:
-        yield
-    finally:
-        for rnn in rnns:
-            rnn.flatten_parameters()
-
-
-def save_model_file(model: torch.nn.Module, path: Path, metadata: dict[str, str] | None = None) -> None:
-    """``safetensors.torch.save_model`` (tied weights stored once, no pickle), for RNNs on a GPU too."""
-    with _rnn_weights_apart(model):
-        save_model(model, str(path), metadata=metadata)
-
-
-def load_model_file(model: torch.nn.Module, path: Path) -> None:
-    """``safetensors.torch.load_model`` (strict: every tensor present, none left over), for RNNs on a GPU too."""
-    with _rnn_weights_apart(model):
-        load_model(model, str(path))
-
-
-def _save_best(run: Run, model, state: TrainState, metric: str) -> None:
-    run.best_dir.mkdir(parents=True, exist_ok=True)
-    tmp = run.best_dir / f".model.{os.getpid()}.tmp"
-    try:
-        save_model_file(model, tmp, metadata={"step": str(state.step), metric: repr(state.best_metric)})
-        os.replace(tmp, run.best_dir / "model.safetensors")  # atomic: old best or new best
-    finally:
-        tmp.unlink(missing_ok=True)
+    return optimizer, TrainState(**payload["train_state"]), carry
 
 
 def count_parameters(model: torch.nn.Module) -> int:
     """Number of distinct parameters (``parameters()`` yields a tied embedding once)."""
     return sum(parameter.numel() for parameter in model.parameters())
-
-
-def load_weights(model: torch.nn.Module, run: Run, which: str = "best") -> torch.nn.Module:
-    """Load a run's trained weights into ``model``: ``"best"`` (lowest validation metric) or ``"last"``."""
-    if which == "best":
-        path = run.best_dir / "model.safetensors"
-        if not path.is_file():
-            raise FileNotFoundError(
-                f"run {run.path} has no best weights ({path}): its evaluations never reported the "
-                "early-stopping metric; use which='last'"
-            )
-    elif which == "last":
-        checkpoint = latest_checkpoint(run)
-        if checkpoint is None:
-            raise FileNotFoundError(f"run {run.path} has no checkpoint yet: train it first")
-        path = checkpoint / "model.safetensors"
-    else:
-        raise ValueError(f"which must be 'best' or 'last', got {which!r}")
-    load_model_file(model, path)
-    return model
 
 
 # --------------------------------------------------------------------------------------------
@@ -731,7 +491,7 @@ def train(model: torch.nn.Module, task: TrainTask, config: TrainConfig, run: Run
             state.best_metric, state.best_step, state.best_metrics = metrics[name], state.step, metrics
             state.evals_since_best = 0
             if main:
-                _save_best(run, unwrapped, state, name)
+                save_best(run, unwrapped, {"step": str(state.step), name: repr(state.best_metric)})
         elif task.patience_counts():
             state.evals_since_best += 1
             patience = config.early_stopping_patience
@@ -739,13 +499,17 @@ def train(model: torch.nn.Module, task: TrainTask, config: TrainConfig, run: Run
             if periodic and patience is not None and state.evals_since_best >= patience:
                 state.stopped_early = True
 
-    def save_checkpoint() -> None:
+    def make_checkpoint() -> None:
         nonlocal saved_at
         accelerator.wait_for_everyone()
-        mine = {"rng": _rng_state(), "carry": send_to_device(carries[0] if accum == 1 else carries, "cpu")}
+        mine = {"rng": rng_state(), "carry": send_to_device(carries[0] if accum == 1 else carries, "cpu")}
         ranks = gather_object([mine]) if processes > 1 else [mine]  # every process's RNG states and carries
         if main:
-            _save_checkpoint(run, unwrapped, _unwrap_optimizer(optimizer), state, config, ranks)
+            # A finished run's checkpoint has no optimizer state (see the module docstring).
+            kept_optimizer = None if _finished(state, config) else _unwrap_optimizer(optimizer)
+            save_checkpoint(run, unwrapped, kept_optimizer, state.step,
+                            {"train_state": dataclasses.asdict(state), "train_config": to_jsonable(config)},
+                            ranks, config.keep_checkpoints)
         saved_at = state.step
 
     def batch_means(loss_sum, extras_sum: dict) -> tuple[float, dict]:
@@ -808,7 +572,7 @@ def train(model: torch.nn.Module, task: TrainTask, config: TrainConfig, run: Run
                         task.optimizer = replacement
                 if (config.checkpoint_every is not None and state.step % config.checkpoint_every == 0
                         or state.step in config.keep_checkpoints):
-                    save_checkpoint()
+                    make_checkpoint()
                 if _finished(state, config):
                     break
             else:  # the epoch ran out of batches
@@ -821,7 +585,7 @@ def train(model: torch.nn.Module, task: TrainTask, config: TrainConfig, run: Run
         if state.last_eval_step != state.step:
             evaluate(periodic=False)
         if saved_at != state.step:
-            save_checkpoint()
+            make_checkpoint()
     finally:
         progress.close()
         if log_file is not None:

@@ -1,7 +1,8 @@
 """Compare the CSV tables of two folders: per file, the largest relative difference of any number and the row it
-is in (text columns must match). For a rerun against a published run, e.g. issue 20's timed run of notebook 03:
+is in (text columns must match). For a rerun against a published run, e.g. notebook 03 run again from an empty
+run cache with ``LMSTUDY_FIGURES=RERUN``:
 
-    python scripts/compare_tables.py figures results/krony_fit --glob "03_krony_*.csv"
+    python scripts/compare_tables.py figures RERUN --glob "03_krony_*.csv"
 """
 
 from __future__ import annotations

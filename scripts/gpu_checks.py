@@ -1,6 +1,6 @@
 """Checks of code paths that only a GPU reaches (CI's CPU cannot): run on a GPU machine from the repository root,
-``PYTHONPATH=. python3 scripts/gpu_checks.py``. Each prints one line; results/gpu/lstm_check.txt is its output on
-the H200 lease of 2026-11-26.
+``PYTHONPATH=. python3 scripts/gpu_checks.py``. Each prints one line; results/gpu/2026-11-26/lstm_check.txt is its
+output on an H200.
 
 - cuDNN keeps an ``nn.LSTM``'s weights as views into one flat buffer, which safetensors' ``save_model`` refuses (the
   NER probe's tagger crashed there on that lease); the training loop's ``save_model_file`` / ``load_model_file``
@@ -17,7 +17,7 @@ import torch
 from safetensors.torch import save_model
 from torch import nn
 
-from lmstudy.training import load_model_file, save_model_file
+from lmstudy.checkpoints import load_model_file, save_model_file
 
 
 def check_flattened_lstm() -> None:

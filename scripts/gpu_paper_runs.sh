@@ -5,13 +5,13 @@
 #
 #   scripts/gpu_paper_runs.sh pack            # here: fill .gpu/ with what the GPU machine lacks (below)
 #   scripts/gpu_paper_runs.sh run OUT         # there, from the repository root (device tool: carry .gpu)
-#   scripts/gpu_paper_runs.sh unpack RESULTS [DEST]  # here: OUT/results.tar.xz -> DEST (results/gpu/): runs,
-#                                                    # notebooks, figures
+#   scripts/gpu_paper_runs.sh unpack RESULTS [DEST]  # here: OUT/results.tar.xz -> DEST (default
+#                                                    # results/gpu/<today, UTC>): runs, notebooks, figures
 #
-# Ran on three H200 leases: 2026-11-26 (results/gpu/: log.txt, gpu.csv, the GPU's use every 2 s), 2026-11-27
-# (results/gpu-2026-11-27/, two processes at a time as below) and 2026-11-27 again (results/gpu-2026-11-27-third/:
-# STUDIES=03 KRONY_SEEDS="[0, 1, 2]"); README "Scaling up: one GPU". A lease carries the working tree and at most
-# 64 MiB: our tracked files are ~110 MB
+# Ran on three H200 leases, each with its folder and README under results/gpu/: 2026-11-26 (log.txt, gpu.csv, the
+# GPU's use every 2 s), 2026-11-27 (two processes at a time as below) and 2026-11-27-third (STUDIES=03
+# KRONY_SEEDS="[0, 1, 2]"); scripts/gpu_tables.sh draws 03's tables of a lease stopped at its cap. A lease carries
+# the working tree and at most 64 MiB: our tracked files are ~110 MB
 # (results/runs and models/ are most of it, and neither is read here), so for the call they were taken out of the
 # index and ignored (`git rm -r --cached -q results/runs models/base*  models/ctrl-demo` plus those paths in
 # .git/info/exclude; `git reset -q` and the exclude lines removed right after).
@@ -197,7 +197,11 @@ collect() {
 }
 
 unpack() {
-    local results=${1:?usage: scripts/gpu_paper_runs.sh unpack RESULTS [DEST]} dest=${2:-results/gpu}
+    local results=${1:?usage: scripts/gpu_paper_runs.sh unpack RESULTS [DEST]} dest=${2:-results/gpu/$(date -u +%F)}
+    if [ -e "$dest" ]; then  # a second lease on one day gets a folder of its own (e.g. results/gpu/2026-11-27-third)
+        echo "gpu_paper_runs: $dest exists; give a DEST of its own" >&2
+        return 2
+    fi
     mkdir -p "$dest" && tar -C "$dest" -xJf "$results" && ls "$dest"
 }
 

@@ -81,8 +81,9 @@ def test_an_unfinished_run_travels_with_its_latest_and_kept_checkpoints_and_resu
     import torch
     from safetensors.torch import load_file
 
+    from lmstudy.checkpoints import kept_checkpoint, latest_checkpoint
     from lmstudy.lm_batches import LMTask
-    from lmstudy.training import TrainConfig, kept_checkpoint, latest_checkpoint, train
+    from lmstudy.training import TrainConfig, train
 
     def task():
         ids = torch.arange(3000) % 37

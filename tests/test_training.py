@@ -481,7 +481,7 @@ def test_killed_process_resumes_to_the_metrics_of_an_uninterrupted_run(tmp_path)
 def test_keep_checkpoints_survive_later_checkpoints(tmp_path, monkeypatch):
     """Steps listed in TrainConfig.keep_checkpoints keep their folders; other checkpoints are replaced."""
     from lmstudy.runs import get_run
-    from lmstudy.training import kept_checkpoint, latest_checkpoint
+    from lmstudy.checkpoints import kept_checkpoint, latest_checkpoint
 
     monkeypatch.setenv("LMSTUDY_RUNS", str(tmp_path))
     torch.manual_seed(0)
@@ -524,7 +524,7 @@ def test_weights_of_a_flattened_lstm_save_and_load(tmp_path):
     loop's save and load cope (the NER probe's tagger crashed on its first GPU run). Simulated on the CPU."""
     from safetensors.torch import save_model
 
-    from lmstudy.training import load_model_file, save_model_file
+    from lmstudy.checkpoints import load_model_file, save_model_file
 
     torch.manual_seed(0)
     tagger = nn.Sequential(nn.Embedding(10, 4), nn.LSTM(4, 6, batch_first=True))
