@@ -32,7 +32,7 @@ import torch
 
 from lmstudy.entity.data import EntityDocument, EntityLMTask, load_entity_documents
 from lmstudy.entity.model import GPT2E, GPT2EConfig, training_flops_per_token
-from lmstudy.entity.study import compare_step_times
+from lmstudy.entity.timing import compare_step_times
 from lmstudy.training import count_parameters
 
 GPT2_VOCAB = 50257  # the default: at small widths the output layer is a large share of a step
@@ -71,7 +71,7 @@ def benchmark_size(n_layer: int, n_embd: int, docs, args, device) -> dict:
         models["mention"] = GPT2E(GPT2EConfig(memory_update="mention", **common)).to(device)
         models["mention"].load_state_dict(gpt2e.state_dict())
     task = EntityLMTask(docs, docs[:1], batch_size=args.batch_size, seq_len=args.seq_len, pad_id=args.vocab - 1)
-    # The study's timing (lmstudy.entity.study): same batches, models alternating.
+    # The study's timing (lmstudy.entity.timing): same batches, models alternating.
     times = compare_step_times(models, task, args.steps, warmup=args.warmup, device=device)
     row = {
         "size": f"{n_layer}x{n_embd}",

@@ -49,7 +49,7 @@ PUBLISHED = {table.study: table for table in (
                    "Welch et al. 2020, freezing claims over training length"),
     PublishedTable("01b", "lmstudy.welch.extended:published_claims", "01b_claims.csv",
                    "Welch et al. 2020, Tables 2-7 and Figure 1"),
-    PublishedTable("02", "lmstudy.entity.study:published_claims", "02_entity_claims.csv",
+    PublishedTable("02", "lmstudy.entity.claims:published_claims", "02_entity_claims.csv",
                    "Stylianou & Vlahavas 2020, Entity-Transformers"),
     PublishedTable("03", "lmstudy.krony.study:published_claims", "03_krony_claims.csv",
                    "Krony-PT 2024"),

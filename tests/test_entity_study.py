@@ -1,6 +1,7 @@
-"""lmstudy.entity.study: every model starts as the base, the recipe, the trend's and the ablations' tables and
-verdicts, step timing with FLOPs, the Hugging Face export, and the whole pipeline on corpus slices from a tiny
-GPT-2 given by path (the ``init_from`` route)."""
+"""The entity study (lmstudy.entity's config, documents, runs, timing, similarity, ner, claims, export): every
+model starts as the base, the recipe, the trend's and the ablations' tables and verdicts, step timing with FLOPs,
+the Hugging Face export, and the whole pipeline on corpus slices from a tiny GPT-2 given by path (the ``init_from``
+route)."""
 
 from __future__ import annotations
 
@@ -15,13 +16,16 @@ from transformers import GPT2Config, GPT2LMHeadModel
 
 from lmstudy.base import StudyBase
 from lmstudy.claims import VERDICTS
-from lmstudy.entity import study
+from lmstudy.entity import config as study_config
+from lmstudy.entity import documents, export, ner, runs, similarity
+from lmstudy.entity import timing as timing_module
+from lmstudy.entity.claims import ablation_table, claims, trend_gaps
+from lmstudy.entity.config import ABLATIONS, MODELS, STUDY, VARIANTS, EntityStudyConfig
 from lmstudy.entity.data import EntityDocument, EntityLMTask
+from lmstudy.entity.documents import without_entities
 from lmstudy.entity.model import GPT2E, GPT2EConfig
-from lmstudy.entity.study import (
-    ABLATIONS, MODELS, VARIANTS, EntityStudyConfig, ablation_table, claims, compare_step_times, initial_model,
-    step_time_table, train_config, trend_gaps, without_entities,
-)
+from lmstudy.entity.runs import initial_model, train_config
+from lmstudy.entity.timing import compare_step_times, step_time_table
 from lmstudy.runs import get_run
 from lmstudy.training import kept_checkpoint
 
@@ -53,26 +57,18 @@ def test_every_model_starts_as_the_base():
 
 
 
-def test_a_model_built_again_is_the_first_build_without_drawing_it_again(monkeypatch):
-    study._ENTITY_DRAWS.clear()  # (a per-process memo: other tests may have filled it)
+def test_a_seed_draws_the_same_model_and_random_state_every_time():
+    """The run cache's runs were made from initial_model's draws: a second build draws them again, the same."""
     base = _base()
     for name in VARIANTS:
         first = initial_model(base, name, seed=3)
         state_after_first = torch.get_rng_state()
         torch.manual_seed(123)  # anything in between
-        study._uninitialised_model(base, name)  # (finetuned_model's skeleton) does not touch what is kept
-        drawn = []
-        with monkeypatch.context() as recorded:
-            recorded.setattr(GPT2E, "_init_weights", lambda self, module: drawn.append(module))
-            again = initial_model(base, name, seed=3)
-        assert drawn == []  # no initialisation the second time
-        assert torch.equal(torch.get_rng_state(), state_after_first)  # the random state a first build leaves
-        assert first.state_dict().keys() == again.state_dict().keys()
+        again = initial_model(base, name, seed=3)
+        assert torch.equal(torch.get_rng_state(), state_after_first)
         for key, value in first.state_dict().items():
             assert torch.equal(value, again.state_dict()[key]), (name, key)
         assert again.lm_head.weight is again.transformer.wte.weight
-    assert len(study._ENTITY_DRAWS) == len(VARIANTS)
-    study._ENTITY_DRAWS.clear()
 
 
 def test_without_entities_keeps_tokens():
@@ -83,13 +79,13 @@ def test_without_entities_keeps_tokens():
 
 def test_max_doc_tokens_cuts_every_document_and_enters_the_runs_identity_only_when_set(monkeypatch):
     docs = [EntityDocument("d", list(range(10)), [0, 1] * 5, list(range(10)))]
-    monkeypatch.setattr(study, "encoded_split", lambda corpus, split, limit, tokenizer: docs)
-    cut = study.study_documents(EntityStudyConfig(corpora=["gum"], max_doc_tokens=4), tokenizer=None)
+    monkeypatch.setattr(documents, "encoded_split", lambda corpus, split, limit, tokenizer: docs)
+    cut = documents.study_documents(EntityStudyConfig(corpora=["gum"], max_doc_tokens=4), tokenizer=None)
     for split in ("train", "valid", "test"):
         assert [(d.input_ids, d.entity_ids, d.word_index) for d in cut[split]] == [([0, 1, 2, 3], [0, 1, 0, 1],
                                                                                      [0, 1, 2, 3])]
-    assert study.study_documents(EntityStudyConfig(corpora=["gum"]), tokenizer=None)["test"] == docs
-    monkeypatch.setattr(study, "load_base", lambda config: SimpleNamespace(identity="base"))
+    assert documents.study_documents(EntityStudyConfig(corpora=["gum"]), tokenizer=None)["test"] == docs
+    monkeypatch.setattr(study_config, "load_base", lambda config: SimpleNamespace(identity="base"))
     assert "max_doc_tokens" not in EntityStudyConfig().finetune_identity()  # the runs cached before it existed
     assert EntityStudyConfig(max_doc_tokens=4).finetune_identity()["max_doc_tokens"] == 4
 
@@ -99,16 +95,16 @@ def test_ner_documents_are_cut_after_the_last_sentence_within_max_doc_tokens(mon
 
     tokens = ["Ann", "saw", "Bob", ".", "He", "left", ".", "She", "stayed", "."]
     doc = CorefDocument("d", "test", tokens, [0, 4, 7], None, [Mention(0, 1, 1), Mention(4, 5, 2), Mention(7, 8, 1)])
-    monkeypatch.setattr(study, "coref_split", lambda corpus, split, limit: [doc])
+    monkeypatch.setattr(documents, "coref_split", lambda corpus, split, limit: [doc])
     tokenizer = ByteTokenizer()
-    monkeypatch.setattr(study, "encoded_split", lambda corpus, split, limit, tok: [
-        study.encode_coref_document(d, tok) for d in study.coref_split(corpus, split, limit)])
-    assert study.ner_split(EntityStudyConfig(), "test", tokenizer)[0] == [doc]
+    monkeypatch.setattr(documents, "encoded_split", lambda corpus, split, limit, tok: [
+        documents.encode_coref_document(d, tok) for d in documents.coref_split(corpus, split, limit)])
+    assert documents.ner_split(EntityStudyConfig(), "test", tokenizer)[0] == [doc]
     # "Ann saw Bob . He left ." is 23 characters: with the leading end-of-text, the first 24 sub-tokens hold the
     # first two sentences; a cut inside the first sentence keeps it whole
     for n_subtokens, n_words in ((24, 7), (23, 4), (3, 4)):
-        (coref,), (encoded,) = study.ner_split(EntityStudyConfig(max_doc_tokens=n_subtokens), "test", tokenizer)
-        assert coref.tokens == tokens[:n_words] and encoded == study.encode_coref_document(coref, tokenizer)
+        (coref,), (encoded,) = documents.ner_split(EntityStudyConfig(max_doc_tokens=n_subtokens), "test", tokenizer)
+        assert coref.tokens == tokens[:n_words] and encoded == documents.encode_coref_document(coref, tokenizer)
         assert [m.end <= n_words for m in coref.mentions] == [True] * len(coref.mentions)
 
 
@@ -272,12 +268,14 @@ def test_the_published_tables_are_rebuilt_from_the_committed_files():
 
     figures = figures_dir()
     committed = pd.read_csv(figures / "02_entity_ablation.csv")
-    rebuilt = pd.read_csv(__import__("io").StringIO(study.published_ablation().to_csv(index=False)))
+    from lmstudy.entity.claims import published_ablation
+
+    rebuilt = pd.read_csv(__import__("io").StringIO(published_ablation().to_csv(index=False)))
     pd.testing.assert_frame_equal(committed, rebuilt)
-    seeds = study.archived_similarity_seeds()
+    seeds = similarity.archived_similarity_seeds()
     pd.testing.assert_frame_equal(pd.read_csv(figures / "02_entity_similarity_seeds.csv"), seeds)
     summary = pd.read_csv(figures / "02_entity_similarity.csv", header=[0, 1], index_col=[0, 1])
-    assert study.similarity_summary(seeds).to_numpy() == pytest.approx(summary.to_numpy(), abs=1e-12)
+    assert similarity.similarity_summary(seeds).to_numpy() == pytest.approx(summary.to_numpy(), abs=1e-12)
     runs = pd.concat([pd.read_csv(figures / "02_entity_runs.csv"), pd.read_csv(figures / "02_entity_ablation_runs.csv")])
     assert len(runs.drop_duplicates(["model", "seed"])) == 12 and set(runs["best_step"]) == {420}  # README's count
 
@@ -292,13 +290,13 @@ def test_step_time_table_puts_the_flop_ratio_beside_the_measured_one():
 def test_similarity_table_is_mean_std_and_n_over_seeds(monkeypatch):
     def fake_run(config, seed: int) -> dict:  # one value per setting, measure and group, as similarity_rows gives
         return {"rows": [{"setting": setting, "measure": measure, "group": group, "value": seed + 0.1 * i}
-                         for i, setting in enumerate(study.SETTINGS) for measure in ("mention similarity",
+                         for i, setting in enumerate(similarity.SETTINGS) for measure in ("mention similarity",
                          "entity similarity") for group in ("NN*", "PRP*")]}
 
-    monkeypatch.setattr(study, "similarity_run", fake_run)
-    table = study.similarity_table(EntityStudyConfig(seeds=[0, 1, 2]))
+    monkeypatch.setattr(similarity, "similarity_run", fake_run)
+    table = similarity.similarity_table(EntityStudyConfig(seeds=[0, 1, 2]))
     assert list(table.columns.get_level_values(0).unique()) == ["mean", "std", "n"]
-    assert list(table["mean"].columns) == list(study.SETTINGS)  # the paper's column order
+    assert list(table["mean"].columns) == list(similarity.SETTINGS)  # the paper's column order
     key = ("mention similarity", "NN*")
     assert table["mean"].loc[key, "GPT2"] == pytest.approx(1.2) and table["std"].loc[key, "GPT2"] == pytest.approx(1.0)
     assert table["n"].loc[key, "GPT2"] == 3
@@ -327,10 +325,10 @@ def test_export_writes_a_hugging_face_folder_that_reloads_with_its_config_class(
     with torch.no_grad():  # trained-looking entity weights, so that the round trip has something to keep
         for parameter in model.parameters():
             parameter.add_(0.05 * torch.randn_like(parameter))
-    monkeypatch.setattr(study, "load_base", lambda config: StudyBase(base, tokenizer, "tiny", 1.0, 0, {"tiny": 1}))
-    monkeypatch.setattr(study, "finetuned_model", lambda config, name, seed: (model.eval(), tokenizer))
-    monkeypatch.setattr(study, "finetune_run", lambda config, name, seed: {"test_ppl": 1.0})
-    path = study.export_model(EntityStudyConfig(seeds=[4]), "GPT2E learned init")
+    monkeypatch.setattr(study_config, "load_base", lambda config: StudyBase(base, tokenizer, "tiny", 1.0, 0, {"tiny": 1}))
+    monkeypatch.setattr(export, "finetuned_model", lambda config, name, seed: (model.eval(), tokenizer))
+    monkeypatch.setattr(export, "finetune_run", lambda config, name, seed: {"test_ppl": 1.0})
+    path = export.export_model(EntityStudyConfig(seeds=[4]), "GPT2E learned init")
     assert (path / "model.safetensors").is_file() and (path / "tokenizer.json").is_file()
     assert GPT2EConfig.from_pretrained(path).entity_init == "learned"
     loaded = GPT2E.from_pretrained(path).eval()
@@ -338,7 +336,7 @@ def test_export_writes_a_hugging_face_folder_that_reloads_with_its_config_class(
     assert torch.equal(loaded(x, entity_ids=e).logits, model(x, entity_ids=e).logits)
     record = __import__("json").loads((path / "lmstudy_run.json").read_text())
     assert record["seed"] == 4 and record["metrics"] == {"test_ppl": 1.0}
-    assert study.export_model(EntityStudyConfig(seeds=[4]), "GPT2E learned init") == path  # cached
+    assert export.export_model(EntityStudyConfig(seeds=[4]), "GPT2E learned init") == path  # cached
 
 
 @pytest.mark.slow
@@ -363,53 +361,54 @@ def test_pipeline_end_to_end_on_corpus_slices(tmp_path, monkeypatch):
         # (75 -> 11 s); notebook 02 at smoke scale reads them whole
         max_doc_tokens=256,
     )
-    runs = study.perplexity_runs(config)
-    assert len(runs) == 4 and runs["test_ppl"].map(math.isfinite).all()
-    assert runs["test_ppl_no_entities"].isna().tolist() == [True, False, True, False]  # GPT2E only
-    assert ((runs["lambada_acc"] >= 0) & (runs["lambada_acc"] <= 1)).all()
-    trend = study.trend_table(config)
+    table2 = runs.perplexity_runs(config)
+    assert len(table2) == 4 and table2["test_ppl"].map(math.isfinite).all()
+    assert table2["test_ppl_no_entities"].isna().tolist() == [True, False, True, False]  # GPT2E only
+    assert ((table2["lambada_acc"] >= 0) & (table2["lambada_acc"] <= 1)).all()
+    trend = runs.trend_table(config)
     assert len(trend) == 12 and sorted(set(trend["step"])) == [1, 2, 4] and set(trend["tokens"]) == {64, 128, 256}
     # the budget at the best step reuses the best weights' scores: the kept checkpoint there scores the same
-    base, docs = study.load_base(config), study.study_documents(config, study.load_base(config).tokenizer)
-    best = runs[runs["best_step"].isin(config.budgets)]
+    base = study_config.load_base(config)
+    docs = documents.study_documents(config, base.tokenizer)
+    best = table2[table2["best_step"].isin(config.budgets)]
     assert len(best) > 0
     for row in best.itertuples():
         budget = trend[(trend["model"] == row.model) & (trend["seed"] == row.seed) & (trend["step"] == row.best_step)]
         assert budget["test_ppl"].item() == row.test_ppl
-        checkpoint = study.initial_model(base.model, row.model, row.seed)
-        run = get_run(study.STUDY, study._finetune_config(config, row.model, row.seed))
+        checkpoint = initial_model(base.model, row.model, row.seed)
+        run = get_run(STUDY, runs.finetune_config(config, row.model, row.seed))
         load_model(checkpoint, str(kept_checkpoint(run, int(row.best_step)) / "model.safetensors"))
-        rescored = study.coref_test_scores(checkpoint, docs["test"], config, base.tokenizer.eos_token_id)
+        rescored = runs.coref_test_scores(checkpoint, docs["test"], config, base.tokenizer.eos_token_id)
         assert rescored["test_ppl"] == pytest.approx(row.test_ppl, rel=1e-6)
-    curves = study.loss_curves(config)
+    curves = runs.loss_curves(config)
     assert set(curves["split"]) == {"training", "validation"} and set(curves["model"]) == set(MODELS)
-    ablations = study.ablation_runs(config)
+    ablations = runs.ablation_runs(config)
     assert set(ablations["model"]) == {"GPT2E", *ABLATIONS} and len(ablations) == 6
-    assert len(study.ablation_table(ablations)) == 3
-    timing = study.step_time_run(config)
+    assert len(ablation_table(ablations)) == 3
+    timing = timing_module.step_time_run(config)
     assert set(timing["seconds"]) == set(VARIANTS) and min(timing["seconds"].values()) > 0
     assert timing["flops_overhead_pct"]["GPT2E per-mention"] > timing["flops_overhead_pct"]["GPT2E"] > 0
-    similarity = study.similarity_table(config)
-    assert list(similarity["mean"].columns) == list(study.SETTINGS)
-    assert similarity["mean"].loc[("mention similarity", "NN*")].between(-1, 1).all()
-    loads, load = [], study.finetuned_model
-    monkeypatch.setattr(study, "finetuned_model", lambda *args: loads.append(args) or load(*args))
-    frames = study.tsne_frames(config)
+    table4 = similarity.similarity_table(config)
+    assert list(table4["mean"].columns) == list(similarity.SETTINGS)
+    assert table4["mean"].loc[("mention similarity", "NN*")].between(-1, 1).all()
+    loads, load = [], similarity.finetuned_model
+    monkeypatch.setattr(similarity, "finetuned_model", lambda *args: loads.append(args) or load(*args))
+    frames = similarity.tsne_frames(config)
     assert loads == []  # t-SNE reads the mention vectors Table 4 computed: no fine-tuned model loaded again
     assert set(frames) == {"GPT2", "GPT2E (with entities)"} and frames["GPT2"]["entity"].nunique() <= 3
-    pd.testing.assert_frame_equal(study.tsne_frames(config)["GPT2"], frames["GPT2"])  # cached points
-    ner = study.ner_table(config)
-    assert set(ner["model"]) == set(MODELS) and (ner["type"] == "overall").sum() == 4
-    similarity_seeds = study.similarity_seeds(config)
+    pd.testing.assert_frame_equal(similarity.tsne_frames(config)["GPT2"], frames["GPT2"])  # cached points
+    table5 = ner.ner_table(config)
+    assert set(table5["model"]) == set(MODELS) and (table5["type"] == "overall").sum() == 4
+    similarity_seeds = similarity.similarity_seeds(config)
     assert len(similarity_seeds) == 2 * 3 * 2 * 2  # seeds x settings x measures x groups
-    table = claims(runs, study.step_time_table(timing), similarity_seeds, ner, trend)
+    table = claims(table2, step_time_table(timing), similarity_seeds, table5, trend)
     assert len(table) == 8 + 2 * 3 and set(table["verdict"]) <= set(VERDICTS)
-    path = study.export_model(config)
-    model, _ = study.finetuned_model(config, "GPT2E", 0)
+    path = export.export_model(config)
+    model, _ = runs.finetuned_model(config, "GPT2E", 0)
     x = torch.randint(0, len(tokenizer), (1, 8))
     assert torch.equal(GPT2E.from_pretrained(path).eval()(x).logits, model(x).logits)
-    check = study.check_export(config)  # the folder alone reproduces the recorded test perplexity
+    check = export.check_export(config)  # the folder alone reproduces the recorded test perplexity
     assert check["config_class"] == "GPT2EConfig" and check["path"] == str(path)
     assert check["test_ppl_reloaded"] == pytest.approx(check["test_ppl_recorded"], rel=1e-6)
-    again = study.perplexity_runs(config)  # cached: the same numbers, nothing retrained
-    pd.testing.assert_frame_equal(again, runs)
+    again = runs.perplexity_runs(config)  # cached: the same numbers, nothing retrained
+    pd.testing.assert_frame_equal(again, table2)

@@ -66,13 +66,13 @@ def test_the_studies_load_init_from_through_it(tiny_gpt2, monkeypatch, tmp_path)
     """The control-code and entity studies both take ``init_from`` as a folder, and fail in one line without it."""
     from conftest import require_corpus
     from lmstudy.ctrl.model import pretrained_with_codes
-    from lmstudy.entity import study as entity_study
+    from lmstudy.entity import config as entity_config
 
     require_corpus("gpt2_bpe")
     folder, _ = tiny_gpt2
     model, tokenizer = pretrained_with_codes(str(folder), ["Wikipedia", "Books"])
     assert model.get_input_embeddings().weight.shape[0] == len(tokenizer) == 50257 + 2 and model.training
-    base = entity_study._load_base("paper", str(folder))
+    base = entity_config._load_base("paper", str(folder))
     assert base.identity == {"init_from": str(folder)} and base.model.config.n_embd == 16
     empty_hub_cache(monkeypatch, tmp_path)
     with pytest.raises(MissingWeights, match="hf download"):
@@ -83,7 +83,7 @@ def test_the_studies_load_init_from_through_it(tiny_gpt2, monkeypatch, tmp_path)
 def test_the_shared_base_models_load_by_relative_folder(name, monkeypatch, tmp_path):
     """The shipped base folders as ``init_from`` (relative to the repository root, from any directory): the same
     weights and tokenizer as ``study_base`` reads, and the entity study builds on them."""
-    from lmstudy.entity import study as entity_study
+    from lmstudy.entity import config as entity_config
     from lmstudy.paths import REPO_ROOT
     from lmstudy.tokenization import load_tokenizer
 
@@ -96,5 +96,5 @@ def test_the_shared_base_models_load_by_relative_folder(name, monkeypatch, tmp_p
     text = "The shared base, read as init_from."
     assert tokenizer(text).input_ids == load_tokenizer(folder)(text).input_ids
     assert next(model.parameters()).dtype == torch.float32  # the shipped float16 weights, widened
-    base = entity_study._load_base("paper", f"models/{name}")
+    base = entity_config._load_base("paper", f"models/{name}")
     assert base.model.config.vocab_size == len(base.tokenizer) == model.config.vocab_size

@@ -3,8 +3,11 @@
 - ``model``: GPT2E, GPT-2 with the entity memory layer;
 - ``data``: coreference documents encoded with entity ids per token, and the entity LM training task;
 - ``probes``: mention-similarity probes and the NER probe (BiLSTM tagger) on frozen hidden states;
-- ``study``: fine-tuning GPT2, GPT2E and two GPT2E ablations from the shared base over seeds, the trend of
-  the entity-use gap over fine-tuning budgets, the paper's claims and figures, the Hugging Face export.
+- the study, by job: ``config`` (its settings, the base model), ``documents`` (the coreference corpora's splits),
+  ``runs`` (fine-tuning GPT2, GPT2E and two GPT2E ablations from the shared base over seeds, and the tables of
+  those runs, the trend over fine-tuning budgets among them), ``timing`` (time per step), ``similarity`` (Table 4,
+  t-SNE), ``ner`` (Table 5), ``claims`` (the paper's claims and the ablation table), ``plots``, ``export`` (the
+  Hugging Face folder).
 
 Import the submodules; this package imports nothing itself. It uses the core and no other paper's folder.
 """

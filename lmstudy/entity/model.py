@@ -85,7 +85,7 @@ New weights follow GPT-2 (normal, std ``initializer_range``; residual projection
 4 C^2 multiply-adds per token (query/value, key and output projections) plus one attention, a third of a
 GPT-2 block's 12 C^2; :func:`training_flops_per_token` counts it (PaLM's 6N + 12 L d T rule, as
 :func:`lmstudy.base.flops_per_token` does for GPT-2). The paper reports +3% time per step (0.298 s vs
-0.290 s); ``lmstudy.entity.study.step_time_run`` and ``benchmarks/bench_entity_gpt2.py`` measure ours.
+0.290 s); ``lmstudy.entity.timing.step_time_run`` and ``benchmarks/bench_entity_gpt2.py`` measure ours.
 
 Saving: ``GPT2E.save_pretrained(path)`` writes a Hugging Face folder (safetensors + ``config.json`` with
 ``model_type`` "gpt2e" and the entity options); ``GPT2E.from_pretrained(path)`` (or ``GPT2EConfig

@@ -1,0 +1,122 @@
+"""The entity study's settings and the base model every run starts from (run-cache study ``02_entity_shared``).
+
+The study (notebook 02, :mod:`lmstudy.entity.runs` for its design): the Entity-Transformer (Stylianou & Vlahavas
+2020) on the shared base, GPT2E vs GPT2, and whether the entity layer learns to use coreference once it has the
+steps to. An earlier run of this study (run-cache study ``02_entity_transformer``, results in ``results/``)
+fine-tuned a weak 2M-token Wikipedia base for 400 steps, and its entity layer learned to use almost nothing; this
+version starts from the shared base and measures the entity-use gap as a trend over fine-tuning steps.
+
+Base model (:func:`load_base`). ``smoke``/``cpu``: the shared base of ``base_scale`` (:func:`lmstudy.base.study_base`,
+its full run; ``cpu``: GPT-2 3x192, context 256, 8k byte-level BPE, 37.5M tokens of six domains, disjoint from GUM,
+LitBank and LAMBADA); its ``identity`` names the weights in every run config. ``paper``: real GPT-2 weights from
+``init_from`` (a local folder or a cached hub id: :func:`lmstudy.pretrained.load_pretrained`; its tokenizer, else
+GPT-2's BPE from the data dir).
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass, field
+
+from transformers import GPT2LMHeadModel
+
+from lmstudy.base import StudyBase, loaded_study_base
+from lmstudy.pretrained import load_pretrained
+
+STUDY = "02_entity_shared"
+# The fine-tuned models: name -> GPT2EConfig entity options. GPT2 and GPT2E are the paper's comparison; the
+# other two are the ablations, each GPT2E with one option changed.
+VARIANTS = {
+    "GPT2": dict(entity_layers=[], entity_init="ones", memory_update="chunk"),
+    "GPT2E": dict(entity_layers=None, entity_init="ones", memory_update="chunk"),
+    "GPT2E learned init": dict(entity_layers=None, entity_init="learned", memory_update="chunk"),
+    "GPT2E per-mention": dict(entity_layers=None, entity_init="ones", memory_update="mention"),
+}
+MODELS = ("GPT2", "GPT2E")
+ABLATIONS = {"GPT2E learned init": "initial entity state: a learned vector (paper: ones)",
+             "GPT2E per-mention": "memory also written after each mention within the chunk (paper: per step)"}
+
+
+@dataclass(frozen=True)
+class EntityStudyConfig:
+    """The entity study's settings: base model, fine-tuning data and recipe, the trend's budgets, the
+    ablations' seeds, evaluation slices, NER probe."""
+
+    # base model: the shared base (lmstudy.base) of ``base_scale`` unless ``init_from`` names GPT-2 weights
+    base_scale: str = "smoke"
+    init_from: str = ""
+    # fine-tuning data: coreference corpora, documents per corpus (0 = all)
+    corpora: list = field(default_factory=lambda: ["gum", "litbank"])
+    train_docs: int = 0
+    eval_docs: int = 0
+    # every fine-tuning document cut to its first N sub-tokens, every NER probe document after its last sentence
+    # within them (0 = whole; a dry run's)
+    max_doc_tokens: int = 0
+    # fine-tuning (identical for every model): warm-up then a constant learning rate (module docstring, 4)
+    seq_len: int = 64
+    batch_size: int = 4
+    budgets: list = field(default_factory=lambda: [4, 8, 16])  # steps of the trend; the run lasts the last
+    lr: float = 1e-3
+    warmup_steps: int = 2
+    eval_every: int = 4
+    seeds: list = field(default_factory=lambda: [0, 1, 2])
+    ablation_seeds: list = field(default_factory=lambda: [0, 1, 2])
+    mixed_precision: str = "no"
+    # evaluation
+    lambada_examples: int = 0  # 0 = all 5,153
+    timing_steps: int = 20
+    similarity_docs: int = 0  # GUM test documents for Table 4 and t-SNE (0 = all 30)
+    tsne_entities: int = 10
+    # NER probe
+    ner_corpus: str = "litbank"
+    ner_train_docs: int = 0  # documents of the NER corpus' train split (0 = all)
+    ner_eval_docs: int = 0  # of its dev and test splits (0 = all)
+    ner_hidden: int = 128
+    ner_epochs: int = 5
+    ner_lr: float = 1e-3
+    ner_batch_size: int = 32
+
+    def __post_init__(self) -> None:
+        budgets = list(self.budgets)
+        if not budgets or any(not isinstance(b, int) or b < 1 for b in budgets) or budgets != sorted(set(budgets)):
+            raise ValueError(f"budgets must be increasing positive step counts, got {self.budgets}")
+
+    @property
+    def finetune_steps(self) -> int:
+        """The length of every fine-tuning run: the largest budget."""
+        return self.budgets[-1]
+
+    @property
+    def tokens_per_step(self) -> int:
+        """Sub-token positions a step reads (padding included: the last chunk of a document is shorter)."""
+        return self.batch_size * self.seq_len
+
+    def finetune_identity(self) -> dict:
+        """What sets the fine-tuning (part of every run's identity): the base's weights and the recipe."""
+        keys = ("corpora", "train_docs", "eval_docs", "seq_len", "batch_size", "budgets", "lr", "warmup_steps",
+                "eval_every", "mixed_precision")
+        # max_doc_tokens only when set: with whole documents the identity is the one runs had before the option
+        # existed, so they stay cached
+        cut = {"max_doc_tokens": self.max_doc_tokens} if self.max_doc_tokens else {}
+        return {"base": load_base(self).identity, **{key: getattr(self, key) for key in keys}, **cut}
+
+
+def load_base(config: EntityStudyConfig) -> StudyBase:
+    """The GPT-2 both models start from (float32, eval mode; never changed: :func:`initial_model` copies it).
+
+    The shared base of ``config.base_scale`` (trained first at smoke scale), or the weights of
+    ``config.init_from``. Loaded once per process."""
+    return _load_base(config.base_scale, config.init_from)
+
+
+@functools.lru_cache(maxsize=None)
+def _load_base(base_scale: str, init_from: str) -> StudyBase:
+    if not init_from:
+        return loaded_study_base(base_scale)
+    # A local folder or a cached hub id (weights without tokenizer files get GPT-2's BPE from the data dir).
+    model, tokenizer, _ = load_pretrained(init_from)
+    if not isinstance(model, GPT2LMHeadModel):
+        raise ValueError(f"init_from={init_from!r} holds a {type(model).__name__}; the entity study builds GPT2E "
+                         "from a GPT-2 (GPT2LMHeadModel) checkpoint")
+    return StudyBase(model=model.eval(), tokenizer=tokenizer, name=init_from, fraction=1.0, tokens=0,
+                     identity={"init_from": init_from})
