@@ -22,7 +22,7 @@ caches are still shared). ``--keep-freed-memory`` asks glibc to keep freed memor
 always does: by default glibc may give large freed blocks back to the system, and a round that allocates them
 again page-faults its outputs in, a cost of the allocator, not of the layer (in a loop of the kernel alone up to
 2 ms of the shared base's 67M-class layer; in this benchmark's interleaved rounds the two settings gave the same
-speed-ups within noise, benchmarks/README.md). ``--previous`` also times the layer's forward as it was before
+speed-ups within noise). ``--previous`` also times the layer's forward as it was before
 issue 20 (the reference that ``tests/test_kronecker.py`` pins the layer to), for a before / after table from one
 run.
 

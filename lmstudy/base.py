@@ -467,7 +467,7 @@ def choose_size(summary, tokens_per_parameter: float = 20.0, max_shipped_mb: flo
     ``checkpoints`` fp16 copies fit ``max_shipped_mb`` (the git budget for the shipped folders).
 
     Why not the sweep's own losses: they are measured at a fraction of the final compute, where the
-    smallest size wins (README "Base models"); they show the direction, the rule sets the size.
+    smallest size wins (docs/base-models.md, "Size: the sweep"); they show the direction, the rule sets the size.
     """
     fits = summary[summary["fp16_mb"] * checkpoints <= max_shipped_mb]
     if fits.empty:

@@ -96,16 +96,17 @@ PRESETS: dict[str, dict[str, dict]] = {
             trend_seeds=[0], trend_train_tokens=1_000, trend_epoch_cap=3, trend_stop_after=1, trend_lengths=[1, 3],
             trend_settings=["Std-news", "Rare"],
         ),
-        # The published scale: Table 1 (20 configs x Std/Std-news/Rare) plus two more seeds of the six Section 3
-        # configs = 96 runs (run times: README): 2 layers, 64-d embeddings, the first ~200k training tokens (the
-        # low-data regime where in-domain vectors matter most), 2 epochs, valid/test cut to ~20k tokens.
+        # The published scale: Table 1 (20 configs x Std/Std-news/Rare) plus two more seeds of the six Section 3 configs
+        # = 96 runs (run times: docs/study-01-embedding-init.md): 2 layers, 64-d embeddings, the first ~200k training
+        # tokens (the low-data regime where in-domain vectors matter most), 2 epochs, valid/test cut to ~20k tokens.
         "cpu": dict(
             emb_size=64, hidden_size=256, n_layers=2, batch_size=20, bptt=35, eval_batch_size=10, test_batch_size=10,
             lr=30.0,
             max_epochs=2, max_steps=0, evals_per_epoch=3, nonmono=2, train_tokens=200_000, eval_tokens=20_000,
             vector_epochs=5, pretrain_sentences=0, **AWD_LSTM_REGULARISATION,
             # Std-news and Rare only since split format 2: PTB (Std) keeps its official split, so its column stays the
-            # v1 run's (figures/01_embedding_init_table1_splits_v1.csv, README); news' splits changed.
+            # v1 run's (figures/01_embedding_init_table1_splits_v1.csv, docs/study-01-embedding-init.md); news' splits
+            # changed.
             configs="all", seeds=[0], settings=["Std-news", "Rare"], section3_seeds=[1, 2],  # notebook-only keys
             split_v1_table="01_embedding_init_table1_splits_v1.csv",
             # The trend (issue 23): the same 2x256 model on the first 100k training tokens (half of Table 1's: ~34 s
@@ -139,9 +140,9 @@ PRESETS: dict[str, dict[str, dict]] = {
             ner_lr=0.01, ner_batch_size=32, max_doc_tokens=0,
         ),
         # The published run: the cpu shared base (3x192, context 256, 8k BPE), every GUM + LitBank document (445k
-        # training sub-tokens, 62k dev, 64k test with the base's BPE), batch 8 x 256 (239 steps a pass over the
-        # training documents); budgets 60, 240 and 960 steps (0.25, 1 and 4 passes: 123k, 492k, 1.97M positions),
-        # validation every 60; 3 seeds x (GPT2, GPT2E) and 3 seeds x 2 ablations (run times: README).
+        # training sub-tokens, 62k dev, 64k test with the base's BPE), batch 8 x 256 (239 steps a pass over the training
+        # documents); budgets 60, 240 and 960 steps (0.25, 1 and 4 passes: 123k, 492k, 1.97M positions), validation
+        # every 60; 3 seeds x (GPT2, GPT2E) and 3 seeds x 2 ablations (run times: docs/study-02-entity-transformers.md).
         "cpu": dict(
             base_scale="cpu", init_from="", corpora=["gum", "litbank"], train_docs=0, eval_docs=0, seq_len=256,
             batch_size=8, budgets=[60, 240, 960], lr=5e-4, warmup_steps=30, eval_every=60, seeds=[0, 1, 2],
@@ -177,10 +178,10 @@ PRESETS: dict[str, dict[str, dict]] = {
             transformer=dict(n_layer=1, n_head=2, n_embd=16, seq_len=32, batch_size=8, max_steps=8, eval_every=8,
                              lr=3e-3),
         ),
-        # The published run: AWD-LSTM 2x256, 64-d embeddings, the first 100k train tokens, 2 epochs; Table 2 on
-        # news, books, irc, Table 3 K=0,1,2,5, Table 5 three vector sources, Table 6 1x/2x/4x data, a 10-trial
-        # search, Table 7 and the word-level GPT-2 (run times: README). Train tokens are half of notebook 01's
-        # cpu preset, so its runs are not shared.
+        # The published run: AWD-LSTM 2x256, 64-d embeddings, the first 100k train tokens, 2 epochs; Table 2 on news,
+        # books, irc, Table 3 K=0,1,2,5, Table 5 three vector sources, Table 6 1x/2x/4x data, a 10-trial search, Table 7
+        # and the word-level GPT-2 (run times: docs/study-01b-embedding-init-extended.md). Train tokens are half of
+        # notebook 01's cpu preset, so its runs are not shared.
         "cpu": dict(
             domain="news", emb_size=64, hidden_size=256, n_layers=2, batch_size=20, bptt=35, eval_batch_size=10,
             test_batch_size=10, lr=30.0, max_epochs=2, max_steps=0, evals_per_epoch=3, nonmono=2, train_tokens=100_000,
@@ -222,8 +223,9 @@ PRESETS: dict[str, dict[str, dict]] = {
             domain_documents=2, eval_batch_size=8, base_overrides={},
         ),
         # The published run: the 3x192 shared base (37.5M tokens at 100%), 80 steps x 16 x 256 = 327,680 tokens of
-        # continued training per model (0.87% of the base's budget), three seeds in the trend; evaluation slices:
-        # 50k WikiText-2 tokens, 500 LAMBADA passages, 10 test documents per held-out domain (run times: README).
+        # continued training per model (0.87% of the base's budget), three seeds in the trend; evaluation slices: 50k
+        # WikiText-2 tokens, 500 LAMBADA passages, 10 test documents per held-out domain (run times:
+        # docs/study-03-krony-pt.md).
         "cpu": dict(
             base_scale="cpu", fractions=[0.1, 0.3, 1.0], classes=["96M", "81M", "67M"],
             inits=["van_loan", "prune", "random"], compare_class="81M", seeds=[0, 1, 2], finetune_tokens=327_680,
@@ -253,10 +255,11 @@ PRESETS: dict[str, dict[str, dict]] = {
             mixed_precision="no", sweep_sizes=[[1, 2, 16], [1, 2, 32]], sweep_fraction=0.5, sweep_batch_size=8,
             sweep_data_fraction=0.0005,
         ),
-        # About 2.5 h of the 2-core machine (7.2e14 FLOPs; run times: README). The model is the sweep's choice
-        # (3x192: ~20 tokens per parameter at this budget, lmstudy.base.choose_size). 8k BPE (why: README
-        # "Base models"); context 256; sweep at 1/50 of the compute per size (batch 8: enough steps for the
-        # largest size), on the first 10% of each domain's pretraining text (every sweep run sees fresh text only).
+        # About 2.5 h of the 2-core machine (7.2e14 FLOPs; run times: docs/base-models.md). The model is the sweep's
+        # choice (3x192: ~20 tokens per parameter at this budget, lmstudy.base.choose_size). 8k BPE (why:
+        # docs/base-models.md, "Tokenizer"); context 256; sweep at 1/50 of the compute per size (batch 8: enough steps
+        # for the largest size), on the first 10% of each domain's pretraining text (every sweep run sees fresh text
+        # only).
         "cpu": dict(
             data=dict(vocab_size=8192, tokenizer_sample=0.1, data_fraction=1.0, valid_tokens_per_domain=20_000),
             model=dict(n_layer=3, n_head=3, n_embd=192, seq_len=256), compute=7.2e14, batch_size=16, lr=2e-3, compile=True,

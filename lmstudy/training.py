@@ -81,7 +81,7 @@ Decisions:
   early stopping decide the same everywhere. The logged loss and extras are the whole batch's (summed over
   processes). Only the main process writes logs, checkpoints and best weights.
   Launch: ``accelerate launch --multi_gpu --num_processes N script.py`` (CPU: with ``ACCELERATE_USE_CPU=1``,
-  gloo; see the README's "Scaling up").
+  gloo; see docs/scaling-up.md, "Several processes").
 
 Log records (``log.jsonl``, one JSON object a line): ``{"kind": "train", "step", "epoch", "train_s",
 "lr", "loss", "grad_norm", **extras}`` every ``log_every`` steps (``train_s``: seconds spent in ``train()``

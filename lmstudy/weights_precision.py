@@ -4,7 +4,7 @@ On a CPU, generating a token reads every weight once: a step of SmolLM2-135M in 
 memory, which bounds the app's speed long before the arithmetic does. In bfloat16 the weights take half the
 bytes and the matmuls run on the CPU's bfloat16 instructions (AVX-512 BF16 or AMX), where it has them.
 
-Measured on SmolLM2 (``benchmarks/bench_smollm2.py``, figures in the README): bfloat16 weights change its
+Measured on SmolLM2 (``benchmarks/bench_smollm2.py``, figures in docs/base-models.md): bfloat16 weights change its
 WikiText-2 bits per byte by -0.01% and generate the app's 4 x 128 tokens 2.4x faster than float32. PyTorch's
 dynamic int8 quantisation of the linear layers was faster still but raised the bits per byte by 38%, so it is
 not offered (the benchmark keeps it as a measured row).

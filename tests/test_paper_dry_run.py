@@ -13,7 +13,7 @@ about a minute, so the batches are cut for time, never the width or depth of a m
 ``$LMSTUDY_DATA/gpt2_bpe``, through the same ``init_from`` path a user's real weights take (``lmstudy.pretrained``).
 
 Each test prints one markdown row (study, model size, wall seconds, CPU seconds and peak memory of the study's
-process tree): the README's "Scaling up" table is ``pytest -s -m paper_dry_run tests/test_paper_dry_run.py``
+process tree): the dry-run table of docs/scaling-up.md is ``pytest -s -m paper_dry_run tests/test_paper_dry_run.py``
 output (``-n 0``: one process, so that ``-s`` shows it). Marked ``paper_dry_run``; ``make test`` (CI) runs all six,
 two at a time, before the rest of the suite (``tests/conftest.py``, ``FIRST_UNITS``).
 """
@@ -35,7 +35,7 @@ from lmstudy.notebook_runner import parse_overrides
 
 # Study -> (overrides as command-line values, the corpora (and tools) it needs). Comments say why a key that is
 # not a count changes. Step times: 6 x parameters x tokens FLOPs at the ~80 GFLOP/s this 2-core machine trains
-# GPT-2 at (README, Base models).
+# GPT-2 at (docs/scaling-up.md, "Paper-scale dry runs").
 DRY_RUNS: dict[str, tuple[dict[str, str], list[str]]] = {
     "00_quickstart": ({
         "max_steps": "2", "eval_every": "2",

@@ -32,7 +32,7 @@ near-duplicates kept together (split format 2, :data:`FORMAT_VERSION`):
    valid / test, the dropped keys with the reason, the dedup parameters and cluster statistics, and
    the token and document counts of all four parts. Pretrain is "every other kept document", so it
    is not listed. Files of an older format are rejected with the command that rebuilds them;
-   results computed on v1 splits are labelled "split v1" in the README.
+   results computed on v1 splits are labelled "split v1" on the study pages (docs/).
 
 A document key is ``"<corpus>:<doc_id>"`` (the ``news`` domain mixes two corpora). Two domains differ:
 

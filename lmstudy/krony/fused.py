@@ -2,7 +2,7 @@
 
 ``fused_kernel.cpp`` computes a ``KroneckerLinear``'s forward and backward token by token, every product of a
 token in L1/L2, through one register-blocked micro-kernel (AVX-512 or AVX2 + FMA, whichever the CPU has; a
-portable loop elsewhere). The reasons are in its header comment and in ``benchmarks/README.md`` ("Kronecker layer").
+portable loop elsewhere). The reasons are in its header comment and in ``docs/benchmarks.md`` ("Kronecker layer").
 
 It is compiled with ``torch.utils.cpp_extension.load`` the first time a process asks for it (g++ and ninja;
 about a minute once per machine, then cached in ``$TORCH_EXTENSIONS_DIR``, default

@@ -78,7 +78,7 @@ backward; B first, backward recomputes ``W = X Bᵀ``, so for training the kerne
 backward (``fused_a_first``). Backward runs ``dA`` and mostly ``dX`` (and ``dB`` for one factor) once per tile of
 tokens (A first), transposes in register blocks and prefetches the next token's inputs between the products.
 Narrower factors (``B = (4, 1)``) keep the GEMM plan, where it is several times faster. Measured for every scheme,
-with the BLAS plans beside it: ``benchmarks/README.md`` ("Kronecker layer"); the same numbers as the reference
+with the BLAS plans beside it: ``docs/benchmarks.md`` ("Kronecker layer"); the same numbers as the reference
 forward, in both orders: ``tests/test_kronecker.py``.
 
 Initialisations
@@ -299,11 +299,11 @@ class KroneckerLinear(nn.Module):
         # On the CPU in float32 the fused kernel (lmstudy.krony.fused) runs both contractions token by token
         # instead of the BLAS plans, when it could be built, for factors at least FUSED_MIN_SIDE wide on every side:
         # a narrower side (B = (4, 1) of the 96M / 81M classes) leaves its vector lanes mostly idle, where the
-        # GEMM plan runs one full-width GEMM (measured for every Table 1 scheme: benchmarks/README.md).
+        # GEMM plan runs one full-width GEMM (measured for every Table 1 scheme: docs/benchmarks.md).
         self.fused = min(p, q, r, t) >= FUSED_MIN_SIDE
         # The kernel's order when gradients are wanted: B first keeps nothing for backward and recomputes W = X Bᵀ
         # there, so over forward + backward A first can be the cheaper one although its forward costs more (the
-        # shared base's c_fc, (24, 12): 11-16% faster; benchmarks/README.md). Without gradients: self.a_first.
+        # shared base's c_fc, (24, 12): 11-16% faster; git history). Without gradients: self.a_first.
         self.fused_a_first = 3 * p * t * (q + r) <= 3 * q * r * (t + p) + q * r * t
 
     @classmethod

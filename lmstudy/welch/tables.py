@@ -126,7 +126,8 @@ def split_shift(new: pd.DataFrame, old: pd.DataFrame) -> pd.DataFrame:
     on the current ones). One row per configuration and dataset present in both: the validation and test
     perplexity (mean over seeds) before and after, and the change in percent. The v1 splits let near-duplicates
     of training documents into valid/test (``lmstudy.data.splits``); the v2 rule also redraws which documents are
-    evaluated, which moves every configuration alike (README: the sample effect dominated at the cpu preset)."""
+    evaluated, which moves every configuration alike (the sample effect dominated at the cpu preset: study 01's page
+    in docs/)."""
     keys = ["config", "dataset"]
     means = [t.groupby(keys)[["valid_ppl", "test_ppl"]].mean() for t in (old, new)]
     shift = means[0].join(means[1], lsuffix="_v1", rsuffix="_now", how="inner")
