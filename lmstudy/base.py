@@ -51,7 +51,7 @@ from tqdm.auto import tqdm
 from transformers import GPT2Config, GPT2LMHeadModel
 
 from lmstudy.checkpoints import kept_checkpoint
-from lmstudy.data.splits import BASE_DOMAINS
+from lmstudy.data.base_manifest import BASE_DOMAINS
 from lmstudy.lm_batches import LMTask
 from lmstudy.paths import models_dir
 from lmstudy.runs import Run, atomic_write_json, cached, get_run, main_process_first, read_log_records
@@ -150,9 +150,10 @@ class BaseConfig:
 
 def training_documents(data_fraction: float = 1.0) -> Iterator[tuple[str, str, str]]:
     """(domain, document key, raw text) of the documents the base may train on, in a fixed order:
-    the near-duplicate-filtered pretraining documents of ``lmstudy.data.splits.base_training_documents``,
+    the near-duplicate-filtered pretraining documents of ``lmstudy.data.parts.base_training_documents``,
     of each domain its first documents up to ``data_fraction`` of its pretraining words."""
-    from lmstudy.data.splits import base_training_documents, load_split
+    from lmstudy.data.parts import base_training_documents
+    from lmstudy.data.splits import load_split
 
     for domain in DOMAINS:
         budget = data_fraction * load_split(domain).tokens["pretrain"]
@@ -194,7 +195,7 @@ def _encode_to_file(tokenizer, texts: Iterator[str], path: Path, desc: str, batc
 
 def _validation_ids(domain: str, token_budget: int, tokenizer) -> list[int]:
     """The first documents of ``domain``'s valid part, each followed by eos, up to ``token_budget`` ids."""
-    from lmstudy.data.splits import split_documents
+    from lmstudy.data.parts import split_documents
 
     ids: list[int] = []
     for document in split_documents(domain, "valid"):

@@ -267,7 +267,7 @@ def eval_domains() -> list[str]:
 
 def domain_test_texts(domain: str, max_documents: int = 20) -> Iterator[str]:
     """Raw text of the first ``max_documents`` (0 = all) test documents of ``domain``'s committed split."""
-    from lmstudy.data.splits import split_documents
+    from lmstudy.data.parts import split_documents
 
     if domain == "ptb":
         raise ValueError("ptb is not raw text (lower-cased, <unk>-masked); held-out domains are "

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import torch
 
-from lmstudy.data.splits import split_tokens
+from lmstudy.data.parts import split_tokens
 from lmstudy.text import Vocab
 
 

@@ -5,8 +5,8 @@
    clusters and IRC logs in one part).
 2. No evaluation text (every domain's valid/test, WikiText-2 valid/test, LAMBADA dev/test, GUM and
    LitBank dev/test, PTB valid/test) has half or more of its shingles in the shared base model's
-   training stream (:func:`lmstudy.data.splits.base_training_documents`: the pretrain parts minus
-   the documents its manifest drops).
+   training stream (:func:`lmstudy.data.parts.base_training_documents`: the pretrain parts minus
+   the documents its manifest, :mod:`lmstudy.data.base_manifest`, drops).
 
 Shingles come from ``lmstudy.data.splits.domain_shingles`` (one pass per corpus, cached on disk and
 written by ``build_all_splits``), so each corpus is read at most once per run.
@@ -19,10 +19,8 @@ import pytest
 
 from conftest import require_corpus
 from lmstudy.data.dedup import coverage
-from lmstudy.data.splits import (
-    BASE_DOMAINS, EXTERNAL_EVALUATION, SHUFFLED_DOMAINS, DOMAINS, base_training_manifest, domain_shingles,
-    evaluation_shingles, load_split, part_shingles,
-)
+from lmstudy.data.base_manifest import BASE_DOMAINS, EXTERNAL_EVALUATION, base_training_manifest, evaluation_shingles
+from lmstudy.data.splits import DOMAINS, SHUFFLED_DOMAINS, domain_shingles, load_split, part_shingles
 
 pytestmark = pytest.mark.slow
 LEAK = 0.5  # half or more of a document's shingles
@@ -68,7 +66,9 @@ def test_every_pretraining_split_leaves_out_evaluation_near_duplicates():
     """The books pretrain part (read by the Welch embeddings, not only the base) drops the LitBank chunk holding
     51% of LAMBADA passage test-03454 (The Hound of the Baskervilles), and what a reader of the part gets has no
     evaluation text half inside it."""
-    from lmstudy.data.splits import document_key, pretrain_dropped, split_documents
+    from lmstudy.data.base_manifest import pretrain_dropped
+    from lmstudy.data.parts import split_documents
+    from lmstudy.data.splits import document_key
 
     require_domain_corpora(["books"])
     for _, corpus, _, _ in EXTERNAL_EVALUATION:

@@ -1,4 +1,4 @@
-"""Document-level splits (lmstudy.data.splits): determinism, disjointness, targets, near-duplicate
+"""Document-level splits (lmstudy.data.splits, their parts read through lmstudy.data.parts): determinism, disjointness, targets, near-duplicate
 clusters, IRC logs, leakage guard, committed split files, the normalised-token cache, the base model's
 training stream on a fake domain (the leak test on the real corpora is tests/test_leakage.py)."""
 
@@ -9,7 +9,7 @@ import random
 import pytest
 
 from conftest import require_corpus
-from lmstudy.data import splits
+from lmstudy.data import base_manifest, parts, splits
 from lmstudy.data.documents import Document
 from lmstudy.data.splits import DOMAINS, PARTS, SplitTargets, assign_split, load_split
 from lmstudy.text import count_tokens, normalise_ptb
@@ -145,7 +145,7 @@ def test_json_round_trip_and_unknown_names():
     with pytest.raises(KeyError, match="unknown domain"):
         load_split("klingon")
     with pytest.raises(ValueError, match="unknown split part"):
-        next(splits.split_documents("irc", "dev"))
+        next(parts.split_documents("irc", "dev"))
 
 
 # --- leakage guard -------------------------------------------------------------------------------
@@ -193,7 +193,7 @@ def test_committed_wikipedia_split_dropped_the_wikitext_articles():
 
 def test_split_documents_streams_a_part():
     require_corpus("ptb")
-    documents = list(splits.split_documents("ptb", "valid", limit=2))
+    documents = list(parts.split_documents("ptb", "valid", limit=2))
     assert 1 <= len(documents) <= 2 and all(document.text for document in documents)
 
 
@@ -217,13 +217,16 @@ def fake_domain(tmp_path, monkeypatch):
     monkeypatch.setenv("LMSTUDY_RUNS", str(tmp_path / "runs"))
     monkeypatch.setenv("LMSTUDY_FIGURES", str(tmp_path / "figures"))
     monkeypatch.setattr(splits, "SPLITS_DIR", tmp_path / "splits")
-    monkeypatch.setattr(splits, "iter_domain_documents", lambda domain, limit=None: iter(documents))
+    for module in (splits, parts):  # the shingles read the domain, and so do the parts' readers
+        monkeypatch.setattr(module, "iter_domain_documents", lambda domain, limit=None: iter(documents))
     # The pretrain part's evaluation-text filter reads every domain's evaluation texts: here the fake domain's
     # own valid/test only (a test adds external ones through _external_evaluation_texts).
-    monkeypatch.setattr(splits, "SHUFFLED_DOMAINS", ("irc",))
-    monkeypatch.setattr(splits, "BASE_DOMAINS", ("irc",))
-    monkeypatch.setattr(splits, "EXTERNAL_EVALUATION", ())
-    monkeypatch.setattr(splits, "_external_evaluation_texts", lambda: iter(()))
+    for module in (splits, base_manifest):
+        monkeypatch.setattr(module, "SHUFFLED_DOMAINS", ("irc",))
+    for module in (base_manifest, parts):
+        monkeypatch.setattr(module, "BASE_DOMAINS", ("irc",))
+    monkeypatch.setattr(base_manifest, "EXTERNAL_EVALUATION", ())
+    monkeypatch.setattr(base_manifest, "_external_evaluation_texts", lambda: iter(()))
     return documents, splits.build_split("irc", targets=TARGETS)
 
 
@@ -235,15 +238,15 @@ def test_token_cache_matches_the_split(fake_domain):
         # train/valid/test in split order, pretrain in reader order
         keys = split.ids.get(part) or [key for key, _ in documents if split.part_of(key) == part]
         expected = [sentence for key in keys for sentence in normalise_ptb(by_key[key].text)]
-        assert splits.split_tokens("irc", part) == expected
+        assert parts.split_tokens("irc", part) == expected
         assert count_tokens(expected) == split.tokens[part]
-    valid_sentences = splits.split_tokens("irc", "valid")
-    assert sum(splits.split_counts("irc", "valid").values()) == split.tokens["valid"] - len(valid_sentences)
+    valid_sentences = parts.split_tokens("irc", "valid")
+    assert sum(parts.split_counts("irc", "valid").values()) == split.tokens["valid"] - len(valid_sentences)
     # A changed split file makes the cache stale: it is rebuilt from the new split.
-    cache = splits.token_file("irc", "valid")
+    cache = parts.token_file("irc", "valid")
     splits.build_split("irc", seed=1, targets=TARGETS)
-    assert splits.token_file("irc", "valid") == cache
-    assert count_tokens(splits.split_tokens("irc", "valid")) == load_split("irc").tokens["valid"]
+    assert parts.token_file("irc", "valid") == cache
+    assert count_tokens(parts.split_tokens("irc", "valid")) == load_split("irc").tokens["valid"]
     assert load_split("irc").ids["valid"] != split.ids["valid"]
 
 
@@ -253,7 +256,7 @@ def test_rare_word_table_files(fake_domain, tmp_path):
 
     table = write_rare_word_table(["irc"])
     ours = table[table.source == "lmstudy"].iloc[0]
-    expected = rare_word_stats(splits.split_counts("irc", "train"), splits.split_counts("irc", "pretrain"))
+    expected = rare_word_stats(parts.split_counts("irc", "train"), parts.split_counts("irc", "pretrain"))
     assert ours.train_type_pct == pytest.approx(expected.train_type_pct)
     assert ours.train_in_pre_token_pct == pytest.approx(expected.train_in_pre_token_pct)
     assert list(table[table.source != "lmstudy"].dataset) == list(PAPER_TABLE_4)
@@ -284,24 +287,24 @@ def test_base_training_stream_drops_evaluation_copies(fake_domain, monkeypatch):
     copied_key, copied = pretrain[3]
     external = [("lambada test|lambada:1", copied.text.lower(), None),  # a copy, case aside
                 ("lambada test|lambada:2", "words that are in no fake document at all", None)]
-    monkeypatch.setattr(splits, "_external_evaluation_texts", lambda: iter(external))
-    evaluation = splits.evaluation_shingles()
+    monkeypatch.setattr(base_manifest, "_external_evaluation_texts", lambda: iter(external))
+    evaluation = base_manifest.evaluation_shingles()
     assert evaluation.keys[:2] == ["lambada test|lambada:1", "lambada test|lambada:2"]
     assert sorted(evaluation.keys[2:]) == sorted(f"irc {part}|{key}" for part in ("valid", "test")
                                                  for key in split.ids[part])
-    manifest = splits.base_training_manifest()
+    manifest = base_manifest.base_training_manifest()
     irc = manifest["domains"]["irc"]
     assert irc["dropped"] == {copied_key: "contains 100% of evaluation text lambada test|lambada:1"}
     assert irc["dropped_by_set"] == {"lambada test": 1} and irc["kept"] == len(pretrain) - 1
-    stream = list(splits.base_training_documents())
+    stream = list(parts.base_training_documents())
     assert [key for _, key, _ in stream] == [key for key, _ in pretrain if key != copied_key]
     assert {domain for domain, _, _ in stream} == {"irc"}
     # Every reader of the pretrain part leaves the copy out, not the base's stream only: the token cache (the
     # Welch embeddings and the rare-word tables read it) and split_documents.
     kept_text = [sentence for key, document in pretrain if key != copied_key for sentence in normalise_ptb(document.text)]
-    assert splits.split_tokens("irc", "pretrain") == kept_text
-    assert [d.text for d in splits.split_documents("irc", "pretrain")] == [d.text for k, d in pretrain if k != copied_key]
-    assert splits.pretrain_dropped("irc") == irc["dropped"] and splits.pretrain_dropped("my_corpus") == {}
+    assert parts.split_tokens("irc", "pretrain") == kept_text
+    assert [d.text for d in parts.split_documents("irc", "pretrain")] == [d.text for k, d in pretrain if k != copied_key]
+    assert base_manifest.pretrain_dropped("irc") == irc["dropped"] and base_manifest.pretrain_dropped("my_corpus") == {}
     # The second call reads the cached manifest.
-    monkeypatch.setattr(splits, "evaluation_shingles", lambda: pytest.fail("manifest recomputed"))
-    assert splits.base_training_manifest() == manifest
+    monkeypatch.setattr(base_manifest, "evaluation_shingles", lambda: pytest.fail("manifest recomputed"))
+    assert base_manifest.base_training_manifest() == manifest

@@ -20,7 +20,8 @@ from lmstudy.claims import HOLDS, NOT_RUN, ONE_SEED, WITHIN_NOISE
 from lmstudy.data import cli as data_cli
 from lmstudy.data import iter_documents
 from lmstudy.data.add_corpus import CorpusError, add_corpus, minimum_tokens, scaled_targets
-from lmstudy.data.splits import PARTS, get_domain, load_split, split_documents, split_tokens
+from lmstudy.data.parts import split_documents, split_tokens
+from lmstudy.data.splits import PARTS, get_domain, load_split
 from lmstudy.data.user_corpus import corpus_info, is_registered, registered_corpora
 from lmstudy.text import count_tokens, normalise_ptb
 

@@ -286,7 +286,7 @@ SUBREDDIT_PARTS = {"train": ("train", "pretrain"), "valid": ("valid", "test"), "
 
 def _link_documents(part: str, limit: int | None) -> Iterator[Document]:
     """The ``Links`` code's documents: news, wikipedia and reddit in turn (those with a URL)."""
-    from lmstudy.data.splits import split_documents
+    from lmstudy.data.parts import split_documents
 
     streams = [(d for d in split_documents(domain, part) if link_url(d) is not None) for domain in LINK_DOMAINS]
     count = 0
@@ -304,7 +304,7 @@ def _link_documents(part: str, limit: int | None) -> Iterator[Document]:
 
 def code_documents(name: str, part: str, limit: int | None = None) -> Iterator[Document]:
     """The documents of control code ``name`` in ``part`` (train / valid / test), at most ``limit``."""
-    from lmstudy.data.splits import split_documents
+    from lmstudy.data.parts import split_documents
 
     code = CODES[get_code(name)]
     if part not in PARTS:

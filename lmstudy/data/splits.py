@@ -49,18 +49,13 @@ behave as a domain everywhere here: :func:`get_domain` gives them :func:`user_do
 :func:`split_path` their own ``split.json`` (:mod:`lmstudy.data.user_corpus`). They are not in ``DOMAINS``,
 so the leak test, the evaluation texts and the base model's stream never see them.
 
-Reading a split: :func:`load_split` (the JSON), :func:`split_documents` (streams the Documents of a
-part), :func:`split_tokens` / :func:`iter_split_sentences` / :func:`split_counts` (normalised tokens). The
-tokens come from a cache, ``runs_dir()/cache/tokens/<domain>.<part>.txt``, one sentence per line like
-``ptb.train.txt``, written in one pass over the corpus the first time any part of the domain is asked
-for (a few minutes for the largest domains) and rebuilt when the split file or the normalisation
-version changes (recorded in a ``.json`` beside each file).
+Reading a split: :func:`load_split` (the JSON). Its parts' documents and normalised tokens (cached), with the
+pretrain part's evaluation-text filter, are read through :mod:`lmstudy.data.parts`.
 
-Shingles and the base model's stream: :func:`domain_shingles` (every document's shingle set, cached
-in ``runs_dir()/cache/shingles/`` and written by :func:`build_split`), :func:`evaluation_shingles`
-(every evaluation text), :func:`base_training_documents` (the pretrain parts minus whatever
-near-duplicates an evaluation text; the shared base model trains on it) and
-:func:`base_training_manifest` (what it drops and why). ``tests/test_leakage.py`` checks both.
+Shingles: :func:`domain_shingles` (every document's shingle set, cached in ``runs_dir()/cache/shingles/`` and
+written by :func:`build_split`) and :func:`part_shingles`. What the shared base model may not train on (the
+pretrain documents that near-duplicate an evaluation text) is :mod:`lmstudy.data.base_manifest`, computed from
+them; ``tests/test_leakage.py`` checks both.
 """
 
 from __future__ import annotations
@@ -71,7 +66,6 @@ import os
 import random
 import re
 import tempfile
-from collections import Counter
 from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -82,7 +76,7 @@ import numpy as np
 
 from lmstudy.data.dedup import (
     DEDUP_VERSION, LINK_FRACTION, MAX_DOCUMENT_FREQUENCY, SHINGLE_WORDS, ShingleHasher, ShingleSets,
-    connected_components, near_duplicate_pairs, shared_shingle_counts, shingle_words, units_as_edges,
+    connected_components, near_duplicate_pairs, shingle_words, units_as_edges,
 )
 from lmstudy.data.documents import Document
 from lmstudy.data.user_corpus import is_registered, registered_corpora, user_split_path
@@ -420,13 +414,14 @@ def split_table(domain: str, table: DomainTable, seed: int = 0, targets: SplitTa
     }
     return Split(
         domain=domain, seed=seed, targets=asdict(targets), sources=[list(s) for s in spec.sources],
-        normalisation=_normalisation(spec), tokens=tokens, documents=documents_per_part,
+        normalisation=split_normalisation(spec), tokens=tokens, documents=documents_per_part,
         ids={name: ids[name] for name in ("train", "valid", "test")}, dropped=dropped,
         pretrain_from=spec.pretrain_from, dedup=dedup,
     )
 
 
-def _normalisation(spec: DomainSpec) -> str:
+def split_normalisation(spec: DomainSpec) -> str:
+    """How a domain's text is normalised, as its split file (and its token cache) record it."""
     if spec.verbatim:
         return "verbatim: text already PTB-normalised, sentences = lines"
     return f"lmstudy.text.normalise_ptb v{NORMALISATION_VERSION}"
@@ -445,7 +440,7 @@ def _official_split(domain: str) -> Split:
         source = load_split(spec.pretrain_from)
         tokens["pretrain"], documents["pretrain"] = source.tokens["pretrain"], source.documents["pretrain"]
     return Split(
-        domain=domain, seed=None, targets={}, sources=[], normalisation=_normalisation(spec),
+        domain=domain, seed=None, targets={}, sources=[], normalisation=split_normalisation(spec),
         tokens=tokens, documents=documents, ids={}, dropped={},
         official_parts={part: list(source) for part, source in spec.official_parts.items()},
         pretrain_from=spec.pretrain_from,
@@ -471,7 +466,7 @@ def build_split(domain: str, seed: int = 0, targets: SplitTargets = SplitTargets
     if save and limit is None:
         atomic_write_text(split_path(domain), split.to_json())
         # the leak test and the base stream reuse them
-        _save_shingles(domain, table.shingles, _domain_shingle_stamp(domain))
+        save_shingles(domain, table.shingles, _domain_shingle_stamp(domain))
     return split
 
 
@@ -503,169 +498,31 @@ def load_split(domain: str) -> Split:
     return Split.from_json(path.read_text(encoding="utf-8"))
 
 
-def _check_part(part: str) -> None:
+def check_part(part: str) -> None:
+    """A ``ValueError`` naming the parts when ``part`` is not one of :data:`PARTS`."""
     if part not in PARTS:
         raise ValueError(f"unknown split part {part!r}; parts are: {', '.join(PARTS)}")
 
 
-def split_documents(domain: str, part: str, limit: int | None = None) -> Iterator[Document]:
-    """Stream the Documents of one part (train/valid/test/pretrain) of ``domain``'s committed split.
-
-    ``limit``: stop after that many documents. Shuffled-split domains read the whole corpus (the
-    part's documents are spread through it); use the token cache for repeated access.
-    """
-    _check_part(part)
-    spec = get_domain(domain)
-    if part == "pretrain" and spec.pretrain_from:
-        yield from split_documents(spec.pretrain_from, part, limit)
-        return
-    if limit is not None and limit <= 0:
-        return
-    yielded = 0
-    for _, _, document in _iter_parts(domain, parts={part}):
-        yield document
-        yielded += 1
-        if limit is not None and yielded >= limit:
-            return
-
-
-def _iter_parts(domain: str, parts: set[str]) -> Iterator[tuple[str, str, Document]]:
-    """(part, key, Document) for the documents of ``domain`` in ``parts``, in reader order (PTB's
-    pretraining part, which is another domain's, excluded)."""
-    from lmstudy.data import iter_documents
-
-    spec = get_domain(domain)
-    if spec.official_parts:
-        for part, (corpus, options) in spec.official_parts.items():
-            if part in parts:
-                for document in iter_documents(corpus, **options):
-                    yield part, document_key(corpus, document), document
-        return
-    split = load_split(domain)
-    # The pretrain part never holds an evaluation text's near-duplicate, whoever reads it (the base's stream, the
-    # Welch embeddings, the rare-word tables): the manifest's drops apply here, the one place parts are read.
-    dropped = pretrain_dropped(domain) if "pretrain" in parts else {}
-    for key, document in iter_domain_documents(domain):
-        part = split.part_of(key)
-        if part in parts and not (part == "pretrain" and key in dropped):
-            yield part, key, document
-
-
-# --- the normalised-token cache -----------------------------------------------------------------
-
-def _cache_paths(domain: str, part: str) -> tuple[Path, Path]:
-    folder = runs_dir() / "cache" / "tokens"
-    return folder / f"{domain}.{part}.txt", folder / f"{domain}.{part}.json"
-
-
-def _split_sha256(domain: str) -> str:
+def split_sha256(domain: str) -> str:
+    """The hash of ``domain``'s split file (of no bytes when there is none): what every cache built from the split
+    is stamped with."""
     split_bytes = split_path(domain).read_bytes() if split_path(domain).is_file() else b""
     return hashlib.sha256(split_bytes).hexdigest()
 
 
-def _cache_stamp(domain: str) -> dict:
-    """What a cache file must have been built from: the split file's hash, the normaliser version and the
-    pretrain part's evaluation-text filter (the hash of the keys it drops)."""
-    dropped = "\n".join(sorted(pretrain_dropped(domain)))
-    return {"split_sha256": _split_sha256(domain), "normalisation": _normalisation(get_domain(domain)),
-            "pretrain_filter_sha256": hashlib.sha256(dropped.encode()).hexdigest()}
-
-
-def token_file(domain: str, part: str) -> Path:
-    """Path of the cached normalised text of a part (one sentence per line), built if missing/stale."""
-    _check_part(part)
-    spec = get_domain(domain)
-    if part == "pretrain" and spec.pretrain_from:
-        return token_file(spec.pretrain_from, part)
-    load_split(domain)  # a clear error when the split was never built
-    text_path, info_path = _cache_paths(domain, part)
-    stamp = _cache_stamp(domain)
-    if not (text_path.is_file() and info_path.is_file()
-            and {k: v for k, v in json.loads(info_path.read_text()).items() if k in stamp} == stamp):
-        build_token_cache(domain)
-    return text_path
-
-
-def build_token_cache(domain: str) -> dict[str, dict]:
-    """Normalise every part of ``domain`` in one pass over its corpora and write the token cache
-    (atomically: temporary files, then os.replace). Returns the per-part info written beside them.
-
-    Order: train/valid/test documents in their split order (the shuffled order, so an LM's contiguous
-    batches mix labels and sources; PTB: the official order); pretrain in reader order (streamed).
-    """
-    spec = get_domain(domain)
-    parts = [part for part in PARTS if not (part == "pretrain" and spec.pretrain_from)]
-    split, stamp = load_split(domain), _cache_stamp(domain)
-    folder = _cache_paths(domain, parts[0])[0].parent
-    folder.mkdir(parents=True, exist_ok=True)
-    handles, infos = {}, {}
-    held: dict[str, dict[str, list[list[str]]]] = {part: {} for part in split.ids}  # part -> key -> sentences
-    try:
-        for part in parts:
-            handles[part] = tempfile.NamedTemporaryFile("w", encoding="utf-8", dir=folder, delete=False,
-                                                        prefix=f".{domain}.{part}.", suffix=".tmp")
-            infos[part] = {**stamp, "documents": 0, "sentences": 0, "tokens": 0}
-        documents = _iter_parts(domain, set(parts))
-        for part, key, document in tqdm(documents, desc=f"token cache {domain}", unit=" docs"):
-            sentences = document_sentences(domain, document)
-            infos[part]["documents"] += 1
-            infos[part]["sentences"] += len(sentences)
-            infos[part]["tokens"] += count_tokens(sentences)
-            if part in held:
-                held[part][key] = sentences
-            else:
-                handles[part].writelines(" ".join(sentence) + "\n" for sentence in sentences)
-        for part, sentences_of in held.items():
-            for key in split.ids[part]:
-                handles[part].writelines(" ".join(sentence) + "\n" for sentence in sentences_of[key])
-        for part in parts:
-            handles[part].close()
-            text_path, info_path = _cache_paths(domain, part)
-            os.chmod(handles[part].name, 0o644)  # temporary files are created 0600
-            os.replace(handles[part].name, text_path)
-            atomic_write_text(info_path, json.dumps(infos[part], indent=1) + "\n")
-    finally:
-        for handle in handles.values():
-            handle.close()
-            if os.path.exists(handle.name):
-                os.unlink(handle.name)
-    return infos
-
-
-def iter_split_sentences(domain: str, part: str) -> Iterator[list[str]]:
-    """Stream the normalised sentences of a part from the token cache (built on first use)."""
-    with open(token_file(domain, part), encoding="utf-8") as handle:
-        for line in handle:
-            yield line.split()
-
-
-def split_tokens(domain: str, part: str) -> list[list[str]]:
-    """All normalised sentences of a part, in memory (``Vocab.encode_sentences`` adds the ``<eos>``).
-    Fine for train/valid/test (~1M tokens); for ``pretrain`` (up to ~20M tokens) stream with
-    :func:`iter_split_sentences` or read :func:`token_file` instead."""
-    return list(iter_split_sentences(domain, part))
-
-
-def split_counts(domain: str, part: str) -> Counter[str]:
-    """Word counts of a part (no ``<eos>``), streamed from the token cache."""
-    counts: Counter[str] = Counter()
-    for sentence in iter_split_sentences(domain, part):
-        counts.update(sentence)
-    return counts
-
-
-# --- shingles of whole domains and of the evaluation texts ---------------------------------------
+# --- shingles of whole domains ------------------------------------------------------------------
 
 SHUFFLED_DOMAINS = tuple(name for name, spec in DOMAINS.items() if not spec.official_parts)
-EVALUATION_PARTS = ("valid", "test")
 
 
 def _shingle_cache_path(name: str) -> Path:
     return runs_dir() / "cache" / "shingles" / f"{name}.npz"
 
 
-def _save_shingles(name: str, sets: ShingleSets, stamp: dict) -> None:
-    """Write ``sets`` with ``stamp`` (what they were computed from) atomically."""
+def save_shingles(name: str, sets: ShingleSets, stamp: dict) -> None:
+    """Write ``sets`` with ``stamp`` (what they were computed from) atomically, as
+    ``runs_dir()/cache/shingles/<name>.npz``."""
     path = _shingle_cache_path(name)
     path.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.NamedTemporaryFile(dir=path.parent, prefix=f".{name}.", suffix=".tmp", delete=False) as handle:
@@ -675,7 +532,7 @@ def _save_shingles(name: str, sets: ShingleSets, stamp: dict) -> None:
     os.replace(handle.name, path)
 
 
-def _load_shingles(name: str, stamp: dict) -> ShingleSets | None:
+def load_shingles(name: str, stamp: dict) -> ShingleSets | None:
     """The cached sets of ``name`` if they were computed from ``stamp``, else None."""
     path = _shingle_cache_path(name)
     if not path.is_file():
@@ -687,7 +544,7 @@ def _load_shingles(name: str, stamp: dict) -> ShingleSets | None:
 
 
 def _domain_shingle_stamp(domain: str) -> dict:
-    return {"split_sha256": _split_sha256(domain), "dedup": DEDUP_VERSION}
+    return {"split_sha256": split_sha256(domain), "dedup": DEDUP_VERSION}
 
 
 def domain_shingles(domain: str) -> ShingleSets:
@@ -700,7 +557,7 @@ def domain_shingles(domain: str) -> ShingleSets:
         raise ValueError(f"domain {domain!r} has an official split; shingled domains: {', '.join(SHUFFLED_DOMAINS)}")
     load_split(domain)  # a clear error when the split was never built
     stamp = _domain_shingle_stamp(domain)
-    sets = _load_shingles(domain, stamp)
+    sets = load_shingles(domain, stamp)
     if sets is None:
         hasher = ShingleHasher()
         keys, arrays = [], []
@@ -708,7 +565,7 @@ def domain_shingles(domain: str) -> ShingleSets:
             keys.append(key)
             arrays.append(hasher(document.text))
         sets = ShingleSets.from_arrays(keys, arrays)
-        _save_shingles(domain, sets, stamp)
+        save_shingles(domain, sets, stamp)
     return sets
 
 
@@ -716,181 +573,13 @@ def part_shingles(domain: str, parts: Iterable[str]) -> ShingleSets:
     """The shingle sets of the documents of ``domain`` in ``parts`` (reader order)."""
     parts = set(parts)
     for part in parts:
-        _check_part(part)
+        check_part(part)
     split, sets = load_split(domain), domain_shingles(domain)
     return sets.select(i for i, key in enumerate(sets.keys) if split.part_of(key) in parts)
 
 
-# Evaluation texts outside the domains' own valid/test parts: (name, corpus, reader options, mask token).
-# GUM and LitBank are read as the entity study reads them (coreference tokens joined by spaces).
-EXTERNAL_EVALUATION = (
-    ("wikitext-2 valid", "wikitext-2", {"split": "valid"}, "<unk>"),
-    ("wikitext-2 test", "wikitext-2-raw", {"split": "test"}, None),  # raw: the tokenised file masks words
-    ("lambada dev", "lambada", {"split": "dev"}, None),
-    ("lambada test", "lambada", {"split": "test"}, None),
-    ("lambada test detokenized", "lambada", {"split": "test", "detokenized": True}, None),
-    ("gum dev", "gum", {"split": "dev"}, None),
-    ("gum test", "gum", {"split": "test"}, None),
-    ("litbank dev", "litbank", {"split": "dev"}, None),
-    ("litbank test", "litbank", {"split": "test"}, None),
-    ("ptb valid", "ptb", {"split": "valid"}, "<unk>"),
-    ("ptb test", "ptb", {"split": "test"}, "<unk>"),
-)
-
-
-def _external_evaluation_texts() -> Iterator[tuple[str, str, str | None]]:
-    """(key, text, mask token) of every external evaluation document; key = ``"<set>|<corpus>:<id>"``."""
-    from lmstudy.data import iter_documents
-    from lmstudy.data.catalogue import corpus_path
-
-    for name, corpus, options, unk in EXTERNAL_EVALUATION:
-        if corpus in ("gum", "litbank"):
-            if corpus == "gum":
-                from lmstudy.data.readers.gum import read_gum_coref as read_coref
-            else:
-                from lmstudy.data.readers.litbank import read_litbank_coref as read_coref
-            for document in read_coref(corpus_path(corpus), **options):
-                yield f"{name}|{corpus}:{document.doc_id}", " ".join(document.tokens), unk
-        else:
-            for document in iter_documents(corpus, **options):
-                yield f"{name}|{corpus}:{document.doc_id}", document.text, unk
-
-
-def evaluation_shingles() -> ShingleSets:
-    """The shingle sets of every evaluation text: the valid and test parts of every shuffled-split
-    domain (keys ``"<domain> <part>|<key>"``) and :data:`EXTERNAL_EVALUATION` (WikiText-2 valid/test,
-    LAMBADA dev/test in both forms, GUM and LitBank dev/test, PTB valid/test). The external ones are
-    cached, stamped with their corpora's checksums."""
-    from lmstudy.data.catalogue import CHECKSUMS
-
-    corpora = {corpus for _, corpus, _, _ in EXTERNAL_EVALUATION}
-    stamp = {"dedup": DEDUP_VERSION, "sources": [list(map(str, source)) for source in EXTERNAL_EVALUATION],
-             "files": {path: digest for path, digest in CHECKSUMS.items() if path.split("/")[0] in corpora}}
-    external = _load_shingles("evaluation", stamp)
-    if external is None:
-        hasher = ShingleHasher()
-        keys, arrays = [], []
-        for key, text, unk in tqdm(_external_evaluation_texts(), desc="shingles evaluation", unit=" docs"):
-            keys.append(key)
-            arrays.append(hasher(text, unk))
-        external = ShingleSets.from_arrays(keys, arrays)
-        _save_shingles("evaluation", external, stamp)
-    collections = [external]
-    for domain in SHUFFLED_DOMAINS:
-        for part in EVALUATION_PARTS:
-            sets = part_shingles(domain, [part])
-            collections.append(ShingleSets([f"{domain} {part}|{key}" for key in sets.keys], sets.hashes, sets.offsets))
-    return ShingleSets.concatenate(collections)
-
-
-# --- the shared base model's training stream ----------------------------------------------------
-
-BASE_DOMAINS = ("wikipedia", "books", "reddit", "imdb", "news", "irc")
-BASE_DROP_FRACTION = 0.1
-
-
-def _base_manifest_stamp() -> dict:
-    from lmstudy.data.catalogue import CHECKSUMS
-
-    corpora = {corpus for _, corpus, _, _ in EXTERNAL_EVALUATION}
-    return {
-        "split_sha256": {domain: _split_sha256(domain) for domain in SHUFFLED_DOMAINS},
-        "evaluation_files": {path: digest for path, digest in CHECKSUMS.items() if path.split("/")[0] in corpora},
-        "dedup": DEDUP_VERSION, "drop_fraction": BASE_DROP_FRACTION, "domains": list(BASE_DOMAINS),
-    }
-
-
-def base_training_manifest() -> dict:
-    """Which pretrain documents near-duplicate an evaluation text, and why: left out of every pretrain part's
-    readers (:func:`pretrain_dropped`; the shared base's stream, :func:`base_training_documents`, among them). Returns ``{"stamp", "rule", "domains": {domain: {"pretrain":
-    documents, "kept": documents, "dropped": {key: reason}, "dropped_by_set": {evaluation set: n},
-    "dropped_by_rule": {rule: n}}}}``.
-
-    Cached in ``runs_dir()/cache/base_training/manifest.json``, keyed by the split files' hashes, the
-    evaluation corpora's checksums and the dedup parameters: the second call is free. The first
-    needs every domain's shingles (:func:`domain_shingles`: minutes when they are not cached).
-    """
-    path = runs_dir() / "cache" / "base_training" / "manifest.json"
-    stamp = _base_manifest_stamp()
-    if path.is_file():
-        manifest = json.loads(path.read_text(encoding="utf-8"))
-        if manifest.get("stamp") == stamp:
-            return manifest
-    evaluation = evaluation_shingles()
-    evaluation_hashes = evaluation.distinct()
-    evaluation_set = [key.split("|", 1)[0] for key in evaluation.keys]
-    percent = f"{BASE_DROP_FRACTION:.0%}"
-    manifest = {"stamp": stamp, "rule": (
-        f"a pretrain document is dropped when it contains >= {percent} of the distinct 13-word shingles of "
-        f"an evaluation document ('contains'), or when >= {percent} of its own shingles occur in evaluation "
-        "texts ('made of')"), "domains": {}}
-    for domain in tqdm(BASE_DOMAINS, desc="base training manifest", unit=" domains"):
-        pretrain = part_shingles(domain, ["pretrain"])
-        # Each pretrain document with only its shingles that occur in evaluation texts: the only ones that can
-        # pair with an evaluation document (1.), and how many of its own shingles do (2.). Looked up once here
-        # (tens of millions of shingles in the largest domains), not once in each.
-        in_evaluation = pretrain.restricted_to(evaluation_hashes)
-        reasons: dict[int, tuple[str, str]] = {}  # pretrain index -> (rule, evaluation set)
-        # 1. The evaluation document with the largest fraction inside each pretrain document.
-        i, j, shared = shared_shingle_counts(in_evaluation, evaluation)
-        fraction = shared / np.maximum(evaluation.sizes[j], 1)
-        by_fraction = np.argsort(-fraction, kind="stable")
-        for index in by_fraction[fraction[by_fraction] >= BASE_DROP_FRACTION]:
-            if int(i[index]) not in reasons:
-                reasons[int(i[index])] = (f"contains {fraction[index]:.0%} of evaluation text "
-                                          f"{evaluation.keys[j[index]]}", evaluation_set[j[index]])
-        # 2. Pretrain documents made of evaluation text (pieces of several evaluation documents).
-        own = in_evaluation.sizes / np.maximum(pretrain.sizes, 1)  # coverage(pretrain, evaluation_hashes)
-        for index in np.flatnonzero(own >= BASE_DROP_FRACTION):
-            reasons.setdefault(int(index), (f"made of evaluation text: {own[index]:.0%} of its shingles",
-                                            "several"))
-        dropped = {pretrain.keys[index]: reason for index, (reason, _) in sorted(reasons.items())}
-        manifest["domains"][domain] = {
-            "pretrain": len(pretrain),
-            "kept": len(pretrain) - len(dropped),
-            "dropped_by_rule": dict(Counter(reason.split(" ")[0] for reason, _ in reasons.values())),
-            "dropped_by_set": dict(Counter(evaluation_set for _, evaluation_set in reasons.values())),
-            "dropped": dropped,
-        }
-    atomic_write_text(path, json.dumps(manifest, indent=1, ensure_ascii=False) + "\n")
-    return manifest
-
-
-def pretrain_dropped(domain: str) -> dict[str, str]:
-    """The documents of ``domain``'s pretrain part that near-duplicate an evaluation text, with the reason
-    (:func:`base_training_manifest`'s rule): left out of the pretrain part for every reader (:func:`_iter_parts`).
-    Empty for a user corpus (no evaluation texts are checked against it) and for a domain whose pretrain part
-    is another's (PTB reads news's, filtered there)."""
-    if domain not in BASE_DOMAINS:
-        if domain in SHUFFLED_DOMAINS:
-            raise ValueError(f"domain {domain!r} has a pretrain part but is not in BASE_DOMAINS: the "
-                             "evaluation-text filter would not cover it")
-        return {}
-    return base_training_manifest()["domains"][domain]["dropped"]
-
-
-def base_training_documents(domains: Iterable[str] = ()) -> Iterator[tuple[str, str, Document]]:
-    """The raw documents the shared base model may train on, as ``(domain, key, Document)``.
-
-    The union of the pretrain parts of :data:`BASE_DOMAINS` (wikipedia, books, reddit, imdb, news, irc;
-    in that order, each in reader order: deterministic), minus every document that near-duplicates
-    an evaluation text (:func:`evaluation_shingles`: every domain's valid and test parts, WikiText-2
-    valid/test, LAMBADA dev/test, GUM and LitBank dev/test, PTB valid/test). Drop rule, with
-    :data:`BASE_DROP_FRACTION` = 10%: a pretrain document goes when it contains 10% or more of the
-    distinct shingles of one evaluation document (a copy, an edited copy, a book chunk holding a
-    LitBank excerpt), or when 10% or more of its own shingles occur in evaluation texts (pieces of
-    several). 10%, not the leak test's 50%: an evaluation document must not be half in the stream even
-    when its pieces are spread over several training documents. Which documents were dropped and why:
-    :func:`base_training_manifest`. Not shuffled: the consumer mixes domains as it needs.
-    """
-    for domain in domains or BASE_DOMAINS:  # one domain at a time: the base's data takes a share of each
-        for _, key, document in _iter_parts(domain, {"pretrain"}):  # the manifest's drops left out there
-            yield domain, key, document
-
-
-__all__ = ["BASE_DOMAINS", "DOMAINS", "PARTS", "SHUFFLED_DOMAINS", "DomainSpec", "DomainTable", "Split",
-           "SplitTargets", "assign_split", "base_training_documents", "base_training_manifest",
-           "build_all_splits", "build_split", "build_token_cache", "document_key", "document_sentences",
-           "domain_shingles", "evaluation_shingles", "iter_domain_documents", "iter_split_sentences",
-           "load_split", "part_shingles", "pretrain_dropped", "read_domain", "split_counts", "split_documents", "split_path",
-           "split_table", "split_tokens", "token_file", "user_domain", "wikitext_eval_titles"]
+__all__ = ["DOMAINS", "PARTS", "SHUFFLED_DOMAINS", "DomainSpec", "DomainTable", "Split", "SplitTargets",
+           "assign_split", "build_all_splits", "build_split", "check_part", "document_key", "document_sentences",
+           "domain_shingles", "get_domain", "iter_domain_documents", "load_shingles", "load_split", "part_shingles",
+           "read_domain", "save_shingles", "split_normalisation", "split_path", "split_sha256", "split_table",
+           "user_domain", "wikitext_eval_titles"]

@@ -60,7 +60,8 @@ not counted. Splits: `lmstudy/data/splits/*.json`. Command: `python -m lmstudy d
 def rare_word_table(domains: list[str] | None = None, threshold: int = 5) -> pd.DataFrame:
     """One row per dataset: ours (``source`` = lmstudy) then the paper's Table 4 rows. Builds the
     token caches of the domains on first use."""
-    from lmstudy.data.splits import load_split, split_counts, token_file
+    from lmstudy.data.parts import split_counts, token_file
+    from lmstudy.data.splits import load_split
 
     domains = list(DOMAIN_ROWS) if domains is None else domains
     pretrain_counts: dict = {}  # token file -> counts: PTB's pretraining file is news's, count it once

@@ -2,7 +2,7 @@
 ``Vocab``, and coverage.
 
 - Pretraining: word2vec (gensim's default CBOW; ``method="fasttext"`` for fastText) on a domain's
-  *pretraining* split, read through ``lmstudy.data.splits.iter_split_sentences(domain, "pretrain")``,
+  *pretraining* split, read through ``lmstudy.data.parts.iter_split_sentences(domain, "pretrain")``,
   i.e. exactly the normalisation of the LM data (the same tokens; no UNK replacement, which is the
   paper's "same UNK symbol" concern only when K > 0). Vector size = the LM's embedding size, min count
   5 (the paper's GloVe cutoff), gensim's other defaults (window 5, 5 epochs). The paper used GloVe;
@@ -66,7 +66,7 @@ class SplitSentences:
         self.domain, self.part, self.max_sentences = domain, part, max_sentences
 
     def __iter__(self) -> Iterator[list[str]]:
-        from lmstudy.data.splits import iter_split_sentences
+        from lmstudy.data.parts import iter_split_sentences
 
         for index, sentence in enumerate(iter_split_sentences(self.domain, self.part)):
             if self.max_sentences and index >= self.max_sentences:

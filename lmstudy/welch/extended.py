@@ -68,7 +68,8 @@ from lmstudy.paths import figures_dir
 from lmstudy.welch.claim_rows import compare, practical_threshold, show
 from lmstudy.welch.recommendation import base_cell_runs
 from lmstudy.plots import strip_points
-from lmstudy.data.splits import FORMAT_VERSION, iter_split_sentences, load_split, split_tokens
+from lmstudy.data.parts import iter_split_sentences, split_tokens
+from lmstudy.data.splits import FORMAT_VERSION, load_split
 from lmstudy.welch.embeddings import PretrainConfig, align_to_vocab, load_glove, pretrained_vectors
 from lmstudy.evaluation import stream_loss
 from lmstudy.lm_batches import LMTask
