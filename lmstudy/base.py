@@ -27,9 +27,9 @@ picks up where the last one stopped):
 3. **Sweep** (``sweep``): a few widths/depths, each trained with the same compute (a fraction of the
    final budget) under the same recipe; the validation loss against compute of each, and the size
    that the power-law fit of each curve puts lowest at the final budget.
-4. **Export** (``export_base``): each kept checkpoint becomes a Hugging Face folder (safetensors in
-   float16 to keep the three in git small, config, tokenizer, ``lmstudy_run.json`` with the run
-   record, and a model card ``README.md`` with the data, tokens, time and the protocol's numbers).
+4. **Export** (``export_base``, through :mod:`lmstudy.hf_export`): each kept checkpoint becomes a Hugging Face
+   folder (safetensors in float16 to keep the three in git small, config, tokenizer, ``lmstudy_run.json`` with the
+   run record, and a model card ``README.md`` with the data, tokens, time and the protocol's numbers).
    ``AutoModelForCausalLM.from_pretrained(path)`` and ``AutoTokenizer.from_pretrained(path)`` load it.
 
 Command line: ``python -m lmstudy base train|sweep|export --scale smoke|cpu|paper`` (``--help``).
@@ -52,9 +52,10 @@ from transformers import GPT2Config, GPT2LMHeadModel
 
 from lmstudy.checkpoints import kept_checkpoint
 from lmstudy.data.base_manifest import BASE_DOMAINS
+from lmstudy.hf_export import export_folder, read_run_record, write_model_card
 from lmstudy.lm_batches import LMTask
 from lmstudy.paths import models_dir
-from lmstudy.runs import Run, atomic_write_json, cached, get_run, main_process_first, read_log_records
+from lmstudy.runs import Run, cached, get_run, main_process_first, read_log_records
 from lmstudy.tokenization import load_tokenizer, train_bpe
 from lmstudy.training import TrainConfig, count_parameters, train
 
@@ -504,9 +505,6 @@ def plot_sweep(curves, summary, chosen: str):
 # Export: Hugging Face folders with a model card
 # ---------------------------------------------------------------------------------------------------
 
-RUN_RECORD = "lmstudy_run.json"
-
-
 def checkpoint_name(fraction: float) -> str:
     """Folder name of a kept checkpoint: ``base`` for the full run, ``base-10pct`` for 10% of it."""
     return "base" if fraction >= 1 else f"base-{round(100 * fraction):02d}pct"
@@ -589,11 +587,8 @@ def _shown_path(path: Path) -> str:
 
 
 def _exported(path: Path, run_id: str, step: int) -> bool:
-    record_path = path / RUN_RECORD
-    if not record_path.is_file():
-        return False
-    record = json.loads(record_path.read_text(encoding="utf-8"))
-    return record.get("run") == run_id and record.get("step") == step
+    record = read_run_record(path)
+    return record is not None and record.get("run") == run_id and record.get("step") == step
 
 
 def export_base(config: BaseConfig, dest: Path, scale: str, evaluate=None, force: bool = False) -> list[Path]:
@@ -616,9 +611,6 @@ def export_base(config: BaseConfig, dest: Path, scale: str, evaluate=None, force
         if force or not exported:
             model, tokenizer = load_checkpoint_model(config, fraction)
             protocol = evaluate(model, tokenizer) if evaluate else []
-            path.mkdir(parents=True, exist_ok=True)
-            model.to(torch.float16).save_pretrained(str(path))
-            tokenizer.save_pretrained(str(path))
             tokens = step * config.tokens_per_step
             record = {
                 "name": path.name, "path": _shown_path(path), "scale": scale, "fraction": fraction, "step": step,
@@ -627,11 +619,11 @@ def export_base(config: BaseConfig, dest: Path, scale: str, evaluate=None, force
                 "config": run_config(config), "run": f"{run.study}/{run.hash}", "data": data,
                 "protocol": protocol, "log": [r for r in log if r.get("step", 0) <= step],
             }
-            atomic_write_json(path / RUN_RECORD, record)
+            export_folder(model, tokenizer, path, record, dtype="float16")
         # The card is always written anew from the record: cheap, and a changed card text reaches every folder.
-        record = json.loads((path / RUN_RECORD).read_text(encoding="utf-8"))
+        record = read_run_record(path)
         record["path"] = _shown_path(path)
-        (path / "README.md").write_text(model_card(record), encoding="utf-8")
+        write_model_card(path, model_card(record))
         paths.append(path)
     if not paths:
         raise FileNotFoundError(f"the base run {run.path} has reached no kept checkpoint yet "

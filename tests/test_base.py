@@ -3,7 +3,6 @@ pipeline end to end (data, training with kept checkpoints, export, loading with 
 
 from __future__ import annotations
 
-import json
 
 import pandas as pd
 import pytest
@@ -13,6 +12,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, GPT2Config, GPT2LM
 from conftest import require_corpus, runs_sharing_corpus_caches
 from lmstudy import base
 from lmstudy.base import BaseConfig, BaseDataConfig, BaseModelConfig
+from lmstudy.hf_export import read_run_record
 
 
 @pytest.mark.parametrize("n_layer,n_head,n_embd", [(1, 2, 32), (4, 4, 256), (6, 5, 320)])
@@ -95,7 +95,7 @@ def test_smoke_base_trains_exports_and_loads_with_the_auto_classes(tmp_path, mon
     assert [(p / "model.safetensors").stat().st_mtime_ns for p in paths] == stamps
     final_weights = base.load_checkpoint_model(config, 1.0)[0].state_dict()
     for path, fraction in zip(paths, config.checkpoint_fractions):
-        record = json.loads((path / base.RUN_RECORD).read_text())
+        record = read_run_record(path)
         assert record["step"] == config.kept_steps()[fraction]
         assert "lmstudy shared base" in (path / "README.md").read_text()
         model = AutoModelForCausalLM.from_pretrained(str(path), dtype=torch.float32, local_files_only=True)
@@ -138,7 +138,7 @@ def test_shipped_base_folders_load_with_the_auto_classes_and_generate():
     total = 0
     for path in folders:
         total += sum(f.stat().st_size for f in path.iterdir() if f.is_file())
-        record = json.loads((path / base.RUN_RECORD).read_text())
+        record = read_run_record(path)
         assert record["name"] == path.name and record["scale"] == "cpu"
         assert "lmstudy shared base" in (path / "README.md").read_text()
         model = AutoModelForCausalLM.from_pretrained(str(path), dtype=torch.float32, local_files_only=True)

@@ -36,6 +36,7 @@ from pathlib import Path
 import torch
 from transformers import AutoModelForCausalLM, GPT2Config, GPT2LMHeadModel
 
+from lmstudy import hf_export
 from lmstudy.base import StudyBase, loaded_study_base
 from lmstudy.ctrl.codes import code_token
 from lmstudy.ctrl.data import CodedTexts, MixtureConfig, build_task, build_tokenizer, load_coded_texts
@@ -47,7 +48,6 @@ from lmstudy.training import TrainConfig, count_parameters, train_and_restore
 
 STUDY = "04_control_codes"
 CODES_FILE = "control_codes.json"
-RUN_FILE = "lmstudy_run.json"  # beside an exported model: how it was trained (scale, config, metrics, log)
 ARMS = ("from_base", "scratch")  # fine-tuned from the base / the base's architecture and tokenizer, random weights
 # Keys of the study's presets that are not part of a run (the notebook's): which arms to train, the scratch arm's
 # learning rate (``lr`` is the from_base arm's; see arm_config), and the evaluation's generation length and seeds.
@@ -242,17 +242,9 @@ class ControlModel:
 
 def save_control_model(model, tokenizer, mixture: dict[str, float], path: str | Path,
                        dtype: str | None = None) -> Path:
-    """``save_pretrained`` the model and tokenizer into ``path`` + ``control_codes.json``."""
-    path = Path(path)
-    if dtype is not None:  # a half-size copy for a committed checkpoint; the caller's model is kept
-        half = {"float16": torch.float16, "bfloat16": torch.bfloat16}
-        if dtype not in half:
-            raise ValueError(f"dtype {dtype!r} is not one of {sorted(half)} (or None for float32)")
-        import copy
-
-        model = copy.deepcopy(model).to(half[dtype])
-    model.save_pretrained(path)  # model.safetensors + config.json (+ generation_config.json)
-    tokenizer.save_pretrained(path)
+    """``save_pretrained`` the model and tokenizer into ``path`` (:func:`lmstudy.hf_export.save_folder`; ``dtype``:
+    a half-size copy for a committed checkpoint, the caller's model is kept) + ``control_codes.json``."""
+    path = hf_export.save_folder(model, tokenizer, path, dtype)
     (path / CODES_FILE).write_text(json.dumps({"codes": list(mixture), "mixture": mixture}, indent=2) + "\n",
                                    encoding="utf-8")
     return path
@@ -277,21 +269,20 @@ def export_model(ctrl: ControlModel, path: str | Path, scale: str, config: Contr
                  log: list[dict] | None = None, dtype: str | None = "float16") -> Path:
     """A self-describing copy of a trained model (the app's demo checkpoint): the model
     (:func:`save_control_model`, float16 by default) plus ``lmstudy_run.json`` with the scale, config,
-    metrics and training log, so :func:`read_run_record` can evaluate it later without the run cache."""
+    metrics and training log (:func:`lmstudy.hf_export.write_run_record`), so :func:`read_run_record` can
+    evaluate it later without the run cache."""
     path = save_control_model(ctrl.model, ctrl.tokenizer, ctrl.mixture, path, dtype=dtype)
-    record = {"scale": scale, "config": asdict(config), "metrics": metrics, "log": log or []}
-    (path / RUN_FILE).write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
+    hf_export.write_run_record(path, {"scale": scale, "config": asdict(config), "metrics": metrics, "log": log or []})
     return path
 
 
 def read_run_record(path: str | Path) -> tuple[ControlConfig, dict, list[dict]]:
     """``(config, metrics, log)`` of a model written by :func:`export_model` (the log may be empty:
     checkpoints exported before the log was recorded have none)."""
-    record_path = Path(path) / RUN_FILE
-    if not record_path.is_file():
-        raise FileNotFoundError(f"{path} has no {RUN_FILE}: it was not written by export_model, so its "
+    record = hf_export.read_run_record(path)
+    if record is None:
+        raise FileNotFoundError(f"{path} has no {hf_export.RUN_RECORD}: it was not written by export_model, so its "
                                 "training config (and held-out documents) are unknown")
-    record = json.loads(record_path.read_text(encoding="utf-8"))
     return ControlConfig.from_dict(record["config"]), record["metrics"], record.get("log", [])
 
 
@@ -372,7 +363,7 @@ def exported_arm(path: str | Path) -> dict[str, TrainedArm]:
     return {config.arm: TrainedArm(config, Path(path), metrics, log)}
 
 
-__all__ = ["ARMS", "NOTEBOOK_KEYS", "CODES_FILE", "RUN_FILE", "STUDY", "ControlConfig", "ControlModel", "TrainedArm",
+__all__ = ["ARMS", "NOTEBOOK_KEYS", "CODES_FILE", "STUDY", "ControlConfig", "ControlModel", "TrainedArm",
            "arm_config", "arm_configs", "base_with_codes", "build_model", "control_run", "export_model",
            "exported_arm", "fit", "load_control_model", "pretrained_with_codes", "read_run_record", "run_identity",
            "save_control_model", "scale_config", "train_arms", "train_control_model", "with_codes"]
