@@ -24,9 +24,8 @@ picks up where the last one stopped):
    the trend studies. A model's compute is counted as ``flops_per_token * tokens`` (PaLM's
    6N + 12·L·d·T per token, with N the non-embedding parameters plus the output projection, which
    is real compute even when tied).
-3. **Sweep** (``sweep``): a few widths/depths, each trained with the same compute (a fraction of the
-   final budget) under the same recipe; the validation loss against compute of each, and the size
-   that the power-law fit of each curve puts lowest at the final budget.
+3. **Sweep** (``python -m lmstudy base sweep``, :mod:`lmstudy.base_sweep`): the one-off choice of the model's
+   size, by training a few widths/depths with the same compute.
 4. **Export** (``export_base``, through :mod:`lmstudy.hf_export`): each kept checkpoint becomes a Hugging Face
    folder (safetensors in float16 to keep the three in git small, config, tokenizer, ``lmstudy_run.json`` with the
    run record, and a model card ``README.md`` with the data, tokens, time and the protocol's numbers).
@@ -42,7 +41,7 @@ import json
 import tempfile
 import zlib
 from collections.abc import Iterator
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -374,11 +373,11 @@ def validation_curve(config: BaseConfig) -> list[dict]:
 
 
 # ---------------------------------------------------------------------------------------------------
-# Presets, sweep and the choice of size
+# Presets (the sweep and the choice of size: lmstudy.base_sweep)
 # ---------------------------------------------------------------------------------------------------
 
 
-def _model(size) -> BaseModelConfig:
+def model_config(size) -> BaseModelConfig:
     """``[n_layer, n_head, n_embd]`` (a sweep entry) or a dict -> BaseModelConfig."""
     if isinstance(size, BaseModelConfig):
         return size
@@ -406,99 +405,16 @@ def final_config(scale: str, model: BaseModelConfig | None = None, **overrides) 
     for key, value in overrides.items():
         params[key] = {**params[key], **value} if key in ("data", "model") else value
     data = BaseDataConfig(**params["data"])
-    model = model or _model(params["model"])
+    model = model or model_config(params["model"])
     tokens = params["compute"] / flops_per_token(model, data.vocab_size)
     return BaseConfig(data=data, model=model, train_tokens=int(tokens), batch_size=params["batch_size"],
                       lr=params["lr"], compile=params["compile"], mixed_precision=params["mixed_precision"], **recipe)
-
-
-def sweep_configs(scale: str) -> list[BaseConfig]:
-    """One config per sweep size, each with ``sweep_fraction`` of the final compute (module docstring)."""
-    from lmstudy.scales import preset
-
-    params = preset(STUDY, scale)
-    data = replace(BaseDataConfig(**params["data"]), data_fraction=params["sweep_data_fraction"])
-    configs = []
-    for size in params["sweep_sizes"]:
-        model = replace(_model(size), seq_len=params["model"]["seq_len"])
-        tokens = params["sweep_fraction"] * params["compute"] / flops_per_token(model, data.vocab_size)
-        configs.append(BaseConfig(data=data, model=model, train_tokens=int(tokens), batch_size=params["sweep_batch_size"],
-                                  lr=params["lr"], eval_every_fraction=0.1, checkpoint_fractions=(1.0,),
-                                  mixed_precision=params["mixed_precision"]))
-    return configs
 
 
 def size_label(model: BaseModelConfig) -> str:
     """A model size as ``LAYERSxWIDTH``, e.g. ``4x256``."""
     return f"{model.n_layer}x{model.n_embd}"
 
-
-def run_sweep(scale: str):
-    """Train every sweep size (cached) and return (curves, summary) DataFrames.
-
-    ``curves``: one row per evaluation of each size (FLOPs, tokens, val_loss). ``summary``: one row per
-    size with its parameters, its loss at the sweep's compute, and the tokens (and tokens per
-    parameter) it would see if it got the final run's whole compute.
-    """
-    import pandas as pd
-    from lmstudy.scales import preset
-
-    compute = preset(STUDY, scale)["compute"]
-    curves, summary = [], []
-    for config in sweep_configs(scale):
-        metrics = train_base(config)
-        label = size_label(config.model)
-        curves += [{"size": label, **row} for row in validation_curve(config)]
-        final_tokens = compute / metrics["flops_per_token"]
-        summary.append({
-            "size": label, "n_layer": config.model.n_layer, "n_head": config.model.n_head,
-            "n_embd": config.model.n_embd, "parameters": metrics["parameters"],
-            "non_embedding_parameters": metrics["non_embedding_parameters"],
-            "fp16_mb": metrics["parameters"] * 2 / 1e6, "flops_per_token": metrics["flops_per_token"],
-            "tokens": metrics["tokens"], "flops": metrics["train_flops"], "val_loss": metrics["val_loss"],
-            "train_wall_s": metrics["train_wall_s"], "final_tokens": final_tokens,
-            "final_tokens_per_parameter": final_tokens / metrics["parameters"],
-        })
-    return pd.DataFrame(curves), pd.DataFrame(summary)
-
-
-def choose_size(summary, tokens_per_parameter: float = 20.0, max_shipped_mb: float = 40.0,
-                checkpoints: int = 3) -> dict:
-    """The sweep size whose tokens per parameter at the final compute is nearest (as a ratio) to
-    ``tokens_per_parameter`` (Hoffmann et al. 2022's compute-optimal ~20), among the sizes whose
-    ``checkpoints`` fp16 copies fit ``max_shipped_mb`` (the git budget for the shipped folders).
-
-    Why not the sweep's own losses: they are measured at a fraction of the final compute, where the
-    smallest size wins (docs/base-models.md, "Size: the sweep"); they show the direction, the rule sets the size.
-    """
-    fits = summary[summary["fp16_mb"] * checkpoints <= max_shipped_mb]
-    if fits.empty:
-        raise ValueError(f"no sweep size fits {max_shipped_mb} MB for {checkpoints} fp16 checkpoints")
-    distance = (np.log(fits["final_tokens_per_parameter"]) - np.log(tokens_per_parameter)).abs()
-    return fits.loc[distance.idxmin()].to_dict()
-
-
-def plot_sweep(curves, summary, chosen: str):
-    """Validation loss against training compute, one curve per size (each with the same compute)."""
-    import matplotlib.pyplot as plt
-    import seaborn as sns
-
-    fig, ax = plt.subplots(figsize=(7, 4.5))
-    palette = dict(zip(summary["size"], sns.color_palette("viridis", len(summary))))
-    for _, row in summary.iterrows():
-        part = curves[curves["size"] == row["size"]]
-        label = (f"{row['size']}: {row['parameters'] / 1e6:.1f}M params, "
-                 f"{row['final_tokens_per_parameter']:.0f} tokens/param at the final budget"
-                 + (" (chosen)" if row["size"] == chosen else ""))
-        ax.plot(part["flops"], part["val_loss"], "o-", color=palette[row["size"]], label=label, ms=3,
-                lw=2.5 if row["size"] == chosen else 1.2)
-    ax.set_xscale("log")
-    ax.set_xlabel("training compute (FLOPs)")
-    ax.set_ylabel("validation loss (nats/token)")
-    ax.set_title("Base-model sweep: every size trained with the same compute")
-    ax.legend(fontsize=7)
-    fig.tight_layout()
-    return fig
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -759,9 +675,8 @@ def plot_loss_curve(config: BaseConfig):
 
 __all__ = [
     "BaseConfig", "BaseDataConfig", "BaseModelConfig", "DOMAINS", "StudyBase", "base_run", "base_streams",
-    "build_model", "checkpoint_name",
-    "choose_size", "export_base", "pretrained_streams", "load_checkpoint_model", "model_card", "plot_loss_curve",
-    "final_config", "flops_per_token", "gpt2_config", "load_stream", "non_embedding_parameters", "plot_sweep",
-    "prepare_data", "run_sweep", "study_base", "sweep_configs", "train_base", "training_documents",
-    "validation_curve",
+    "build_model", "checkpoint_name", "export_base", "final_config", "flops_per_token", "gpt2_config",
+    "load_checkpoint_model", "load_stream", "model_card", "model_config", "non_embedding_parameters",
+    "plot_loss_curve", "prepare_data", "pretrained_streams", "size_label", "study_base", "train_base",
+    "training_documents", "validation_curve",
 ]

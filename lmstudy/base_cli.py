@@ -1,4 +1,5 @@
-"""``python -m lmstudy base sweep|train|export --scale S``: the shared base models (:mod:`lmstudy.base`).
+"""``python -m lmstudy base sweep|train|export --scale S``: the shared base models (:mod:`lmstudy.base`; the sweep:
+:mod:`lmstudy.base_sweep`).
 
 Kept apart from :mod:`lmstudy.base` so that ``--help`` does not wait for torch and transformers.
 """
@@ -47,7 +48,7 @@ def _final(args):
 
 
 def _sweep_command(args) -> int:
-    from lmstudy.base import choose_size, plot_sweep, run_sweep
+    from lmstudy.base_sweep import choose_size, plot_sweep, run_sweep
     from lmstudy.paths import figures_dir
 
     curves, summary = run_sweep(args.scale)

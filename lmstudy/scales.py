@@ -256,7 +256,7 @@ PRESETS: dict[str, dict[str, dict]] = {
             sweep_data_fraction=0.0005,
         ),
         # About 2.5 h of the 2-core machine (7.2e14 FLOPs; run times: docs/base-models.md). The model is the sweep's
-        # choice (3x192: ~20 tokens per parameter at this budget, lmstudy.base.choose_size). 8k BPE (why:
+        # choice (3x192: ~20 tokens per parameter at this budget, lmstudy.base_sweep.choose_size). 8k BPE (why:
         # docs/base-models.md, "Tokenizer"); context 256; sweep at 1/50 of the compute per size (batch 8: enough steps
         # for the largest size), on the first 10% of each domain's pretraining text (every sweep run sees fresh text
         # only).

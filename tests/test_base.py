@@ -3,14 +3,13 @@ pipeline end to end (data, training with kept checkpoints, export, loading with 
 
 from __future__ import annotations
 
-
 import pandas as pd
 import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, GPT2Config, GPT2LMHeadModel
 
 from conftest import require_corpus, runs_sharing_corpus_caches
-from lmstudy import base
+from lmstudy import base, base_sweep
 from lmstudy.base import BaseConfig, BaseDataConfig, BaseModelConfig
 from lmstudy.hf_export import read_run_record
 
@@ -45,11 +44,11 @@ def test_choose_size_is_nearest_to_20_tokens_per_parameter_within_the_git_budget
         {"size": "4x256", "fp16_mb": 10.6, "final_tokens_per_parameter": 3.9},
         {"size": "6x320", "fp16_mb": 20.0, "final_tokens_per_parameter": 1.1},  # 3 copies = 60 MB: too big
     ])
-    assert base.choose_size(summary)["size"] == "3x192"  # 12.7 is nearer 20 than 51 as a ratio
-    assert base.choose_size(summary, tokens_per_parameter=2.0)["size"] == "4x256"  # 6x320 does not fit
-    assert base.choose_size(summary, tokens_per_parameter=2.0, max_shipped_mb=100)["size"] == "6x320"
+    assert base_sweep.choose_size(summary)["size"] == "3x192"  # 12.7 is nearer 20 than 51 as a ratio
+    assert base_sweep.choose_size(summary, tokens_per_parameter=2.0)["size"] == "4x256"  # 6x320 does not fit
+    assert base_sweep.choose_size(summary, tokens_per_parameter=2.0, max_shipped_mb=100)["size"] == "6x320"
     with pytest.raises(ValueError, match="no sweep size fits"):
-        base.choose_size(summary, max_shipped_mb=5)
+        base_sweep.choose_size(summary, max_shipped_mb=5)
 
 
 def test_bad_sizes_and_data_settings_are_clear_errors():
