@@ -5,8 +5,9 @@ missing, outside CI the test is skipped with the command that fetches it; in CI 
 a missing corpus is a failure, never a silent skip.
 
 Parallel runs: ``make test`` runs the suite in worker processes (pytest-xdist, ``-n 2 --dist loadfile
---no-loadscope-reorder``). :func:`work_unit` says which tests must share a worker, :func:`unit_rank` in
-what order the units are handed out; each worker's torch gets its share of the cores.
+--no-loadscope-reorder``): a file (a notebook) is a unit of work that one worker runs, the units handed out in
+collection order, which :func:`pytest_collection_modifyitems` sorts slowest first (:data:`FIRST`); each worker's
+torch gets its share of the cores.
 """
 
 from __future__ import annotations
@@ -29,36 +30,19 @@ _WORKERS = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
 if _WORKERS > 1:
     os.environ.setdefault("OMP_NUM_THREADS", str(max(1, len(os.sched_getaffinity(0)) // _WORKERS)))
 
-# The units of work handed out first, in this order; then the notebooks (a minute or more each at smoke scale),
-# then the rest in collection order. A worker takes its next unit before it starts its last test (xdist's
-# look-ahead), so the long ones must come first: last, they would leave one worker running them alone.
-DRY_RUN_PREFIX = "tests/test_paper_dry_run.py::test_paper_preset_dry_run["
-
-
-def dry_run_unit(study: str) -> str:
-    """The node id of a study's paper dry run, a unit of work of its own (but see :data:`AFTER_THE_LEAKAGE_TESTS`)."""
-    return f"{DRY_RUN_PREFIX}{study}]"
-
-
-# 03's dry run reads the corpus caches the leakage tests build (shingles of every corpus, the base's training
-# manifest): started before them, it built the caches itself (284 s instead of 148-156); started beside them, it
-# waited for them, or built some in parallel (230 s in ci64, where the worker that had run 02's dry run took it
-# next while the other was still in the leakage tests). One unit with them, it runs after them on their worker.
-AFTER_THE_LEAKAGE_TESTS = dry_run_unit("03_kronecker")
-LEAKAGE_TESTS = "tests/test_leakage.py"
-
-FIRST_UNITS = (
-    dry_run_unit("02_entity_transformer"),
-    LEAKAGE_TESTS,  # and 03's dry run
-    *map(dry_run_unit, ("01_embedding_init", "04_control_codes", "01b_embedding_init_extended", "00_quickstart")),
+# Collected first, in this order (node-id prefixes; the rest keeps collection order): the paper dry runs, ~680 of the
+# suite's ~1,500 worker seconds in CI, one file, so one worker runs the six one after the other while the other runs
+# the rest; 02's first: the longest, and it starts from GPT-2's config, not from the corpus caches. Meanwhile the
+# other worker runs the leakage tests, which build those caches (shingles of every corpus, the base's training
+# manifest) before the next dry runs read them (a dry run started beside them built some itself: 03's took 284 s
+# instead of ~150). Then the notebooks (a minute or more each at smoke scale). A long unit handed out last would
+# leave one worker running it alone while the other has nothing left.
+FIRST = (
+    "tests/test_paper_dry_run.py::test_paper_preset_dry_run[02_entity_transformer]",
+    "tests/test_paper_dry_run.py",
+    "tests/test_leakage.py",
+    "notebooks/",
 )
-
-
-def unit_rank(unit: str) -> int:
-    """Where a unit of work (:func:`work_unit`) goes in the order the workers get them: see :data:`FIRST_UNITS`."""
-    if unit in FIRST_UNITS:
-        return FIRST_UNITS.index(unit)
-    return len(FIRST_UNITS) + (0 if unit.startswith("notebooks/") else 1)
 
 
 def require_corpus(name: str) -> None:
@@ -116,37 +100,9 @@ def runs_sharing_corpus_caches(root):
     return root
 
 
-def work_unit(nodeid: str) -> str:
-    """What a test shares a worker with: its notebook or module (nbval's cells run in order in one kernel; a
-    module's tests share its module-scoped fixtures, built once), except that each paper dry run is a unit of its
-    own (the longest tests, independent of each other), and 03's is the leakage tests' (after them: test_leakage.py
-    is collected before test_paper_dry_run.py, and a unit keeps its tests' collection order)."""
-    if nodeid == AFTER_THE_LEAKAGE_TESTS:
-        return LEAKAGE_TESTS
-    if nodeid.startswith(DRY_RUN_PREFIX):
-        return nodeid
-    return nodeid.split("::", 1)[0]
-
-
-@pytest.hookimpl(optionalhook=True)  # a hook of pytest-xdist: ignored when it is not installed
-def pytest_xdist_make_scheduler(config, log):
-    """``--dist loadfile`` with :func:`work_unit`'s units. (xdist's ``loadgroup`` marks cannot do it under pytest 9,
-    whose node ids xdist can no longer rename: every test became a unit, and notebooks' cells were split between
-    workers.)"""
-    if config.getvalue("dist") != "loadfile":
-        return None
-    from xdist.scheduler import LoadScopeScheduling
-
-    class LoadWorkUnitScheduling(LoadScopeScheduling):
-        def _split_scope(self, nodeid: str) -> str:
-            return work_unit(nodeid)
-
-    return LoadWorkUnitScheduling(config, log)
-
-
 def pytest_collection_modifyitems(config, items):
-    """Units of work (:func:`work_unit`) in :func:`unit_rank` order, a unit's tests in collection order (make
-    test's ``--no-loadscope-reorder`` keeps it).
+    """The tests in :data:`FIRST` order, the rest in collection order (make test's ``--no-loadscope-reorder`` hands
+    the files to the workers in that order).
 
     nbval notebook cells: apply the same rule to the corpora a notebook declares it needs.
     A notebook lists them in its metadata, ``{"lmstudy": {"corpora": ["ptb"]}}``.
@@ -156,7 +112,10 @@ def pytest_collection_modifyitems(config, items):
 
     from lmstudy.data.catalogue import corpus_present
 
-    items.sort(key=lambda item: unit_rank(work_unit(item.nodeid)))  # stable: a unit keeps its tests' order
+    def rank(item) -> int:
+        return next((i for i, prefix in enumerate(FIRST) if item.nodeid.startswith(prefix)), len(FIRST))
+
+    items.sort(key=rank)  # stable: the rest keeps its order
 
     missing_by_notebook: dict[Path, list[str]] = {}
     for item in items:

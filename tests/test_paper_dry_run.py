@@ -15,7 +15,7 @@ about a minute, so the batches are cut for time, never the width or depth of a m
 Each test prints one markdown row (study, model size, wall seconds, CPU seconds and peak memory of the study's
 process tree): the dry-run table of docs/scaling-up.md is ``pytest -s -m paper_dry_run tests/test_paper_dry_run.py``
 output (``-n 0``: one process, so that ``-s`` shows it). Marked ``paper_dry_run``; ``make test`` (CI) runs all six,
-two at a time, before the rest of the suite (``tests/conftest.py``, ``FIRST_UNITS``).
+one after the other on one worker, first of the suite (``tests/conftest.py``, ``FIRST``).
 """
 
 from __future__ import annotations
@@ -162,8 +162,8 @@ def shared_runs(tmp_path_factory) -> Iterator[Path]:
     """One run cache for all the dry runs, whose corpus caches are the suite's: the studies share their token
     caches, shingles and the base's training manifest as they do in a user's ``runs/`` (a fresh cache per study
     would re-read and re-normalise the same text; in make test the leakage tests build them first, see
-    ``FIRST_UNITS`` in tests/conftest.py). Under pytest-xdist each worker has its own (the dry runs are separate
-    units of work), all sharing the one corpus cache."""
+    ``FIRST`` in tests/conftest.py). Under pytest-xdist the six run on one worker (this file is one unit of
+    work), sharing the one corpus cache with the other worker."""
     from conftest import runs_sharing_corpus_caches
 
     runs = runs_sharing_corpus_caches(tmp_path_factory.mktemp("dry") / "runs")
