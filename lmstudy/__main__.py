@@ -3,7 +3,8 @@
 Commands:
   data list | verify [NAMES] | fetch NAME | stats    the corpus catalogue (lmstudy.data)
   data add NAME PATH                                 register your own corpus (lmstudy.data.add_corpus)
-  study NAME --scale smoke|cpu|paper [-p KEY VALUE]  run a study notebook with papermill
+  study NAME --scale smoke|cpu|paper [-p KEY VALUE] [--second-worker]
+                                                     run a study notebook with papermill
   krony table                                        Krony-PT parameter accounting (paper Tables 1 and 2)
   generate --model DIR --code C --prompt TEXT        control-coded generation (CTRL study)
   attribute --model DIR TEXT                         source attribution p(code | text) (CTRL study)
@@ -48,6 +49,12 @@ def _add_study_command(subparsers) -> None:
         help="override one parameter (value parsed as YAML: 3, 1e-3, true, [a, b], {k: v}, text; yes/no/on/off "
         "stay words); init_from (studies 02, 04) takes a local Hugging Face folder or a cached hub id",
     )
+    study.add_argument(
+        "--second-worker", action="store_true",
+        help="a second process trains the study's runs from the other end of its run list meanwhile, in the same "
+        "run cache; each of the two gets half the cores (studies 01_embedding_init, 02_entity_transformer, "
+        "03_kronecker: lmstudy.second_worker)",
+    )
     study.set_defaults(handler=_run_study)
 
 
@@ -55,7 +62,8 @@ def _run_study(args) -> int:
     from lmstudy.notebook_runner import StudyFailed, final_printout, parse_overrides, run_study
 
     try:
-        output = run_study(args.name, scale=args.scale, overrides=parse_overrides(args.parameter))
+        output = run_study(args.name, scale=args.scale, overrides=parse_overrides(args.parameter),
+                           second_worker=args.second_worker)
     except StudyFailed as error:  # the notebook's error in one line; its traceback is in the executed copy
         print(f"lmstudy: error: {error}", file=sys.stderr)
         return 1

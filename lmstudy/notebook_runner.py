@@ -59,8 +59,12 @@ class StudyFailed(RuntimeError):
     """A study notebook raised: the message names the notebook, the cell, the error and the executed copy."""
 
 
-def run_study(name: str, scale: str = "smoke", overrides: dict | None = None, output: Path | None = None) -> Path:
-    """Execute a study notebook at ``scale``; returns the path of the executed notebook."""
+def run_study(name: str, scale: str = "smoke", overrides: dict | None = None, output: Path | None = None,
+              second_worker: bool = False) -> Path:
+    """Execute a study notebook at ``scale``; returns the path of the executed notebook. ``second_worker``: a second
+    process trains the study's run list from its other end meanwhile (:mod:`lmstudy.second_worker`), each of the
+    two on half the cores; it is waited for when the notebook is done (it has only cached runs left to read then),
+    and stopped if the notebook fails."""
     import papermill
 
     if scale not in SCALES:
@@ -79,6 +83,12 @@ def run_study(name: str, scale: str = "smoke", overrides: dict | None = None, ou
     output.parent.mkdir(parents=True, exist_ok=True)
     # The kernel's inline backend needs no display and embeds every shown figure in the executed notebook.
     os.environ.setdefault("MPLBACKEND", "module://matplotlib_inline.backend_inline")
+    worker = None
+    if second_worker:
+        from lmstudy import second_worker as workers
+
+        worker = workers.start(notebook.stem, scale, overrides or {})
+        os.environ.update(workers.half_the_cores())  # the notebook's kernel: the other half
     try:
         papermill.execute_notebook(
             str(notebook),
@@ -87,11 +97,19 @@ def run_study(name: str, scale: str = "smoke", overrides: dict | None = None, ou
             cwd=str(notebook.parent),
             progress_bar=os.environ.get("TQDM_DISABLE") != "1",
         )
-    except papermill.PapermillExecutionError as error:
+    except BaseException as error:
+        if worker is not None:
+            worker.terminate()  # the notebook failed: nobody would read the worker's runs
+            worker.wait()
+        if not isinstance(error, papermill.PapermillExecutionError):
+            raise
         # The cell's own error in one line (papermill's message is the whole traceback, hundreds of lines
         # for a hub or CUDA error); the traceback stays in the executed notebook.
         raise StudyFailed(f"{notebook.name} failed at {scale} scale in cell {error.exec_count}: "
                           f"{error.ename}: {error.evalue} (full traceback: {output})") from error
+    if worker is not None and worker.wait() != 0:  # the notebook read every run back: the worker has none left
+        raise StudyFailed(f"the second worker of {notebook.name} failed (exit status {worker.returncode}); the "
+                          f"executed notebook is complete: {output}")
     return output
 
 

@@ -42,6 +42,7 @@ null entities isolates the use of the entities.
 from __future__ import annotations
 
 import math
+from functools import partial
 
 import pandas as pd
 import torch
@@ -55,6 +56,7 @@ from lmstudy.entity.documents import study_documents, without_entities
 from lmstudy.entity.model import GPT2E, training_flops_per_token
 from lmstudy.evaluation import lambada_examples, lambada_scores
 from lmstudy.runs import Run, cached, get_run, read_log, read_log_records
+from lmstudy.second_worker import StudyRun
 from lmstudy.training import (
     TrainConfig, count_parameters, kept_checkpoint, load_weights, process_device, train_and_restore,
 )
@@ -208,3 +210,15 @@ def trend_table(config: EntityStudyConfig) -> pd.DataFrame:
 def ablation_runs(config: EntityStudyConfig) -> pd.DataFrame:
     """One row per (model, seed) of GPT2E and each ablation, over ``ablation_seeds`` (best weights)."""
     return run_rows(config, ("GPT2E", *ABLATIONS), config.ablation_seeds)
+
+
+def study_run_list(parameters: dict) -> list[list[StudyRun]]:
+    """Notebook 02's fine-tuning runs for a second worker (:mod:`lmstudy.second_worker`), one stage in the order the
+    notebook trains them: GPT2 and GPT2E of every seed (Tables 2-3), then GPT2E's ablations of every
+    ``ablation_seeds`` seed (GPT2E's own runs of those seeds are already among the first). ``parameters``: the
+    notebook's."""
+    config = EntityStudyConfig(**{key: value for key, value in parameters.items() if key != "scale"})
+    models = [(name, seed) for seed in config.seeds for name in MODELS]
+    models += [(name, seed) for seed in config.ablation_seeds for name in ("GPT2E", *ABLATIONS)
+               if (name, seed) not in models]
+    return [[StudyRun(f"{name}, seed {seed}", partial(finetune_run, config, name, seed)) for name, seed in models]]

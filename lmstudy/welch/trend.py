@@ -30,15 +30,18 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict
+from functools import partial
 
 import pandas as pd
 
 from lmstudy.claims import ClaimRow, claims_table, trend_rows
+from lmstudy.paired_gaps import paired_gaps
 from lmstudy.paths import figures_dir
 from lmstudy.runs import get_run
+from lmstudy.second_worker import StudyRun
 from lmstudy.welch.claim_rows import practical_threshold, show
 from lmstudy.welch.study import DATA_SETTINGS, RUN_FIELDS, STUDY, EmbeddingInitConfig, run, run_history
-from lmstudy.welch.tables import PROPOSED, STANDARD, setting_of
+from lmstudy.welch.tables import PROPOSED, STANDARD, grid_configs, setting_of
 
 OURS_TRAINABLE = "untied/in=pretrained,trainable/out=pretrained,trainable"
 TREND_CONFIGS = {  # label -> configuration name
@@ -73,9 +76,19 @@ def study_trend_configs(params: dict) -> list[EmbeddingInitConfig]:
     """The trend's runs as notebook 01 makes them from its parameters: :func:`trend_configs` with the
     ``trend_seeds``, ``trend_epoch_cap``, ``trend_stop_after`` and ``trend_settings`` keys, on the first
     ``trend_train_tokens`` training tokens (instead of Table 1's ``train_tokens``). One place, so that a second
-    worker trains the same runs."""
+    worker (:func:`study_run_list`) trains the same runs."""
     return trend_configs({**params, "train_tokens": params["trend_train_tokens"]}, params["trend_seeds"],
                          params["trend_epoch_cap"], params["trend_stop_after"], params["trend_settings"])
+
+
+def study_run_list(parameters: dict) -> list[list[StudyRun]]:
+    """Notebook 01's runs for a second worker (:mod:`lmstudy.second_worker`): Table 1's grid
+    (:func:`lmstudy.welch.tables.grid_configs`), then the freezing trend (:func:`study_trend_configs`), two stages:
+    walked each from its end, Table 1 (the short runs) is complete first. ``parameters``: the notebook's."""
+    parameters = {key: value for key, value in parameters.items() if key != "scale"}
+    stages = (grid_configs(**parameters), study_trend_configs(parameters))
+    return [[StudyRun(f"{config.embedding} {config.domain} K={config.unk_cutoff} seed {config.seed}",
+                      partial(run, config)) for config in configs] for configs in stages]
 
 
 def best_within(evaluations: list[dict], epochs: int) -> float:
@@ -110,14 +123,17 @@ def trend_table(configs: list[EmbeddingInitConfig], lengths: list[int]) -> pd.Da
     return pd.DataFrame(rows)
 
 
+TREND_GAPS = {  # trend_gaps' columns: (model, the model or models it is compared with), by label
+    "frozen_minus_trainable": ("ours", "ours, input trainable"),
+    "ours_minus_best_other": ("ours", tuple(label for label in TREND_CONFIGS if label != "ours")),
+}
+
+
 def trend_gaps(table: pd.DataFrame) -> pd.DataFrame:
     """Per (dataset, epochs, seed): ``frozen_minus_trainable`` (ours minus ours with the input trainable; below
     zero: freezing helps, the paper's claim) and ``ours_minus_best_other`` (ours minus the best of the other
-    three; below zero: ours is the best)."""
-    wide = table.pivot_table(index=["dataset", "epochs", "seed"], columns="label", values="valid_ppl")
-    others = wide[[label for label in TREND_CONFIGS if label != "ours" and label in wide]]
-    return pd.DataFrame({"frozen_minus_trainable": wide["ours"] - wide["ours, input trainable"],
-                         "ours_minus_best_other": wide["ours"] - others.min(axis=1)}).reset_index()
+    three; below zero: ours is the best), paired by seed (:func:`lmstudy.paired_gaps.paired_gaps`)."""
+    return paired_gaps(table, ["dataset", "epochs"], "valid_ppl", TREND_GAPS, model="label")
 
 
 TREND_CLAIMS = (  # claim as the paper states it, trend_gaps column, the paper's number, the settings it is read on
@@ -179,4 +195,4 @@ def plot_trend_gaps(gaps: pd.DataFrame, column: str, title: str = ""):
 
 __all__ = ["OURS_TRAINABLE", "TREND_CLAIMS", "TREND_CONFIGS", "TREND_SETTINGS", "best_within", "plot_trend_gaps",
            "published_claims", "trend_claim_rows", "trend_claims",
-           "study_trend_configs", "trend_configs", "trend_gaps", "trend_table"]
+           "study_run_list", "study_trend_configs", "trend_configs", "trend_gaps", "trend_table"]
