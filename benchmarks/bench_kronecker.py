@@ -10,7 +10,7 @@ at three sizes:
 - ``gpt2 768->3072``: GPT-2 small's ``c_fc`` with every scheme of Krony-PT's Table 1 (A = the "Dimension"
   column, in the paper's (out, in) layout of ``c_fc``), one factor pair;
 - ``ours 192->768`` and ``ours 768->192``: ``c_fc`` and ``c_proj`` of the shared base (a 3x192 GPT-2, MLP 768)
-  with the Krony study's size classes (``lmstudy.krony.study.class_a_shape``; ``c_proj`` uses A transposed, as
+  with the Krony study's size classes (``lmstudy.krony.classes.class_a_shape``; ``c_proj`` uses A transposed, as
   ``compress`` does) and the Table 6 variants of the 67M class (4 factors, with and without scalars).
 
 The input requires a gradient (as inside a network), so backward computes the input gradient and the factor
@@ -65,7 +65,7 @@ from transformers.pytorch_utils import Conv1D
 
 from lmstudy.krony import fused
 from lmstudy.krony.model import KroneckerConfig, KroneckerLinear, partner_shape
-from lmstudy.krony.study import CLASSES, class_a_shape
+from lmstudy.krony.classes import CLASSES, class_a_shape
 from lmstudy.krony.table import PAPER_TABLE_1
 
 GPT2_C_FC = (3072, 768)  # (out, in)

@@ -2,7 +2,7 @@
 
 The base is the shared base model (``models/base``, or ``models/base-30pct`` while the full base is not exported
 yet: a 3x192 GPT-2, vocab 8,192, context 256), loaded as float32. It is compressed on the fly into each size
-class of the Krony study (``lmstudy.krony.study.class_a_shape``: 96M B = (2, 1), 81M B = (4, 1), 67M tiny
+class of the Krony study (``lmstudy.krony.classes.class_a_shape``: 96M B = (2, 1), 81M B = (4, 1), 67M tiny
 balanced factors, and the 67M shapes with 4 factors + scalars as in Table 6), with the Van Loan init (no
 training: speed does not depend on the values). Each compressed model is exported both ways with
 ``lmstudy.krony.export`` and loaded back from the folder, so what is timed is what a user loads:
@@ -44,7 +44,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, GPT2Config, GPT2LM
 
 from lmstudy.krony.export import WEIGHTS_FILE, export_dense, export_factored, load_factored
 from lmstudy.krony.model import KroneckerConfig, compress
-from lmstudy.krony.study import class_a_shape
+from lmstudy.krony.classes import class_a_shape
 from lmstudy.paths import models_dir
 from lmstudy.training import count_parameters
 

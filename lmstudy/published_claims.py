@@ -51,7 +51,7 @@ PUBLISHED = {table.study: table for table in (
                    "Welch et al. 2020, Tables 2-7 and Figure 1"),
     PublishedTable("02", "lmstudy.entity.claims:published_claims", "02_entity_claims.csv",
                    "Stylianou & Vlahavas 2020, Entity-Transformers"),
-    PublishedTable("03", "lmstudy.krony.study:published_claims", "03_krony_claims.csv",
+    PublishedTable("03", "lmstudy.krony.claims:published_claims", "03_krony_claims.csv",
                    "Krony-PT 2024"),
     PublishedTable("04", "lmstudy.ctrl.claims:published_claims", "04_control_codes_claims.csv",
                    "Keskar et al. 2019, CTRL"),

@@ -126,7 +126,7 @@ PRESETS: dict[str, dict[str, dict]] = {
         ),
     },
     # Stylianou & Vlahavas 2020, Entity-Transformers: GPT2E vs GPT2 (and two GPT2E ablations) fine-tuned from the
-    # shared base (lmstudy.entity.study; ``base_scale``: lmstudy.base.study_base's scale; ``init_from``: real GPT-2
+    # shared base (lmstudy.entity.config; ``base_scale``: lmstudy.base.study_base's scale; ``init_from``: real GPT-2
     # weights instead, a path or hub id) on GUM + LitBank coreference. ``budgets``: the trend's fine-tuning steps,
     # kept checkpoints of one run per model and seed that lasts the last of them (warm-up, then a constant
     # learning rate); ``seeds`` for GPT2 and GPT2E, ``ablation_seeds`` for the ablations (and their GPT2E).
@@ -207,7 +207,7 @@ PRESETS: dict[str, dict[str, dict]] = {
                              eval_every=1_000, lr=3e-4),
         ),
     },
-    # Krony-PT (Ayoub 2024) on the shared base (lmstudy.krony.study). Classes are the paper's factor shapes for our
+    # Krony-PT (Ayoub 2024) on the shared base (lmstudy.krony.config). Classes are the paper's factor shapes for our
     # dims (96M: B=(2,1), 81M: B=(4,1), 67M: tiny balanced factors); the trend (compare_class vs its distilled and scratch same-size models, ``seeds``)
     # starts from each base checkpoint in ``fractions``; the grid and Table 6 from the last, seed 0.
     # ``base_overrides``: changes to the shared base's preset ("base" below), e.g. a dry run's budget; {} = none.

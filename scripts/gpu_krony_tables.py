@@ -16,8 +16,11 @@ from collections import defaultdict
 from pathlib import Path
 from unittest.mock import patch
 
-from lmstudy.krony import study
-from lmstudy.krony.cli import study_config
+from lmstudy.krony import baselines, runs, study_tables
+from lmstudy.krony.claims import claims
+from lmstudy.krony.config import preset_config
+from lmstudy.krony.plots import plot_trend
+from lmstudy.notebook_runner import parse_overrides
 from lmstudy.plots import save_figure
 from lmstudy.runs import get_run
 
@@ -29,7 +32,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("-p", "--parameter", nargs=2, action="append", default=[], metavar=("KEY", "VALUE"))
     args = parser.parse_args(argv)
     try:
-        config = study_config(args.scale, args.parameter)
+        config = preset_config(args.scale, parse_overrides(args.parameter))
     except ValueError as error:
         parser.error(str(error))
 
@@ -49,20 +52,20 @@ def main(argv: list[str] | None = None) -> int:
             return defaultdict(lambda: float("nan"))
         raise RuntimeError(f"run {run.path} is not finished in this run cache ({identity.get('stage')})")
 
-    with patch.object(study, "cached", read_back):
+    with patch.object(runs, "cached", read_back), patch.object(baselines, "cached", read_back):
         args.out.mkdir(parents=True, exist_ok=True)
-        bases = study.base_table(config)
-        grid = study.grid_table(config)
-        rows6 = study.table6(config)
-        init = study.best_init(grid, config.compare_class)
-        trend = study.trend_table(config, init)
-        gaps = study.trend_gaps(trend)
-        verdicts = study.claims(config, grid, rows6, trend)
+        bases = study_tables.base_table(config)
+        grid = study_tables.grid_table(config)
+        rows6 = study_tables.table6(config)
+        init = study_tables.best_init(grid, config.compare_class)
+        trend = study_tables.trend_table(config, init)
+        gaps = study_tables.trend_gaps(trend)
+        verdicts = claims(config, grid, rows6, trend)
         tables = {"bases": bases, "grid": grid, "table6": rows6, "trend": trend, "trend_gaps": gaps, "claims": verdicts}
         for name, table in tables.items():
             table.to_csv(args.out / f"03_krony_{name}.csv", index=False)
     title = f"{config.compare_class} Krony ({init}) minus same-size dense ({args.scale})"
-    save_figure(study.plot_trend(gaps, title=title), args.out / "03_krony_trend.png")
+    save_figure(plot_trend(gaps, title=title), args.out / "03_krony_trend.png")
     print(gaps.round(4).to_string(index=False))
     print(verdicts.to_string(index=False))
     return 0

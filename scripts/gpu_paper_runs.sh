@@ -52,7 +52,7 @@ ENTITY=(-p corpora "[gum]" -p ner_corpus gum -p budgets "[25, 100]" -p eval_ever
 # two processes side by side on the one GPU (an H200 holds both; one process alone left it idle between steps,
 # evaluations and notebook cells):
 #   1. the base's pretraining (at most BASE_MINUTES) beside 03's scratch arm's pretraining, which needs no base
-#      (`lmstudy krony baselines --pretraining-only`; 47 and ~40 GiB);
+#      (`lmstudy krony scratch`; 47 and ~40 GiB);
 #   2. 03 from the base beside 02 from its export, each until 40 s before TOTAL_SECONDS (60 and 16 GiB).
 # Each process logs to a file of its own in OUT (base.log, scratch.log, krony.log, entity.log); log.txt has the stages.
 # STUDIES: which of the two run after the base ("03 02", the default; "02" alone gives 02 the whole time, for a
@@ -138,7 +138,7 @@ run() {
     local base_pid=$!
     if wants 03; then
         log "beside the base: 03's scratch pretraining"
-        timeout --signal=INT --kill-after=30 "${BASE_MINUTES}m" $PY -m lmstudy krony baselines --pretraining-only \
+        timeout --signal=INT --kill-after=30 "${BASE_MINUTES}m" $PY -m lmstudy krony scratch \
             --scale paper "${krony_p[@]}" >>"$out/scratch.log" 2>&1 &
         scratch_pid=$!
     fi

@@ -1,4 +1,4 @@
-"""lmstudy.krony.study: size-class shapes, the dense baselines' width and the narrowed student, the config's
+"""The Krony study (lmstudy.krony): size-class shapes, the dense baselines' width and the narrowed student, the config's
 errors, the continued-training recipe, the distillation loss and task, the claims on synthetic numbers, and an
 end-to-end smoke run on the smoke base (LAMBADA and WikiText scoring: tests/test_evaluation.py)."""
 
@@ -12,14 +12,19 @@ import torch
 from transformers import GPT2Config, GPT2LMHeadModel
 
 from lmstudy import base
-from lmstudy.krony import study
+from lmstudy.krony import baselines, bases, order, reconstruction, runs, study_tables
+from lmstudy.krony import claims as krony_claims
+from lmstudy.krony.baselines import hidden_unit_scores, narrow_config, narrowed_model
+from lmstudy.krony.claims import claims
+from lmstudy.krony.classes import class_a_shape, class_width, matched_dense_inner, max_factors
+from lmstudy.krony.config import LABELS, STUDY, KronyConfig, ModelSpec
+from lmstudy.krony.distillation import DistillTask, distillation_loss
 from lmstudy.krony.model import KroneckerConfig, compressed_parameter_count, gpt2_parameter_count
-from lmstudy.krony.study import (
-    DistillTask, KronyConfig, ModelSpec, class_a_shape, class_width, claims, distillation_loss, hidden_unit_scores,
-    matched_dense_inner, max_factors, narrow_config, narrowed_model, reconstruction_errors, trend_gaps,
-)
+from lmstudy.krony.reconstruction import reconstruction_errors
+from lmstudy.krony.study_tables import trend_gaps
 from lmstudy.claims import RULE, VERDICTS, differences
 from lmstudy.scales import preset
+from lmstudy.second_worker import walk_from_the_end
 from lmstudy.training import count_parameters
 
 SMALL = GPT2Config(vocab_size=50, n_positions=8, n_embd=16, n_layer=2, n_head=2, resid_pdrop=0.0, embd_pdrop=0.0,
@@ -131,7 +136,7 @@ def test_every_preset_is_a_valid_config():
 def test_continued_training_follows_the_base_recipe():
     config = smoke_config()
     recipe = config.recipe
-    train_config = study.finetune_train_config(config, seed=1)
+    train_config = runs.finetune_train_config(config, seed=1)
     assert train_config.max_steps == 4 and train_config.eval_every == 2 and train_config.seed == 1
     assert train_config.lr == config.finetune_lr and train_config.lr_schedule == "cosine"
     assert train_config.weight_decay == recipe.weight_decay and train_config.betas == (0.9, 0.95)
@@ -230,12 +235,12 @@ def test_claims_note_an_init_the_test_set_would_have_chosen_differently():
 def test_percent_effect_pairs_shared_seeds_else_welch_else_one_seed():
     krony = pd.Series({0: 1.0, 1: 2.0, 2: 3.0})
     other = pd.Series({0: 2.0, 1: 4.0, 2: 6.0})
-    assert study.percent_ahead(krony, other).tolist() == [50.0, 50.0, 50.0]
-    assert study.percent_effect(krony, other).format() == "+50.00 [+50.00, +50.00]"
-    assert study.percent_effect(krony, pd.Series({5: 4.0})).format() == "+50.00"  # one value: no interval
-    welch = study.percent_effect(pd.Series({0: 1.0, 1: 3.0}), pd.Series({7: 4.0, 8: 4.0}))
+    assert krony_claims.percent_ahead(krony, other).tolist() == [50.0, 50.0, 50.0]
+    assert krony_claims.percent_effect(krony, other).format() == "+50.00 [+50.00, +50.00]"
+    assert krony_claims.percent_effect(krony, pd.Series({5: 4.0})).format() == "+50.00"  # one value: no interval
+    welch = krony_claims.percent_effect(pd.Series({0: 1.0, 1: 3.0}), pd.Series({7: 4.0, 8: 4.0}))
     assert welch.method == "Welch t" and welch.mean == pytest.approx(50.0)
-    assert study.percent_ahead(pd.Series({0: math.e}), pd.Series({0: math.e ** 2}), log=True).iloc[0] == \
+    assert krony_claims.percent_ahead(pd.Series({0: math.e}), pd.Series({0: math.e ** 2}), log=True).iloc[0] == \
         pytest.approx(50.0)
 
 
@@ -247,16 +252,16 @@ def test_best_init_is_the_lowest_validation_loss_of_the_class_not_the_test_score
                           "best_val_loss": 4.1},
                          {"model": "Krony", "class": "67M", "init": "random", "wikitext_bpb": 1.5,
                           "best_val_loss": 3.5}])
-    assert study.best_init(grid, "81M") == "van_loan"
-    assert study.best_init(grid, "81M", metric="wikitext_bpb") == "prune"
+    assert study_tables.best_init(grid, "81M") == "van_loan"
+    assert study_tables.best_init(grid, "81M", metric="wikitext_bpb") == "prune"
     with pytest.raises(ValueError, match="no Krony row"):
-        study.best_init(grid, "96M")
+        study_tables.best_init(grid, "96M")
 
 
 def test_the_published_claims_state_the_papers_conclusions():
     """The committed cpu tables (figures/03_krony_*.csv) through claims: validation picks the trend's init, the
     factors claim reads as the paper concludes, LAMBADA has its verdicts."""
-    table = study.published_claims()
+    table = krony_claims.published_claims()
     assert "picks the same" in table["note"].iloc[0]  # validation and test both pick pruning
     assert not table["claim"].str.contains("beat 1").any()
     assert table["claim"].str.contains("do not help much").sum() == 2
@@ -271,8 +276,8 @@ def test_protocol_metrics_flatten_the_protocol_table(monkeypatch):
          "accuracy_low": 0.0, "accuracy_high": 0.05},
         {"benchmark": "news", "ppl_token": 120.0, "ppl_word": 5000.0, "bits_per_byte": 2.0},
     ])
-    monkeypatch.setattr(study, "evaluate_model", lambda model, tokenizer, config: table)
-    metrics = study.protocol_metrics(None, None, smoke_config())
+    monkeypatch.setattr(runs, "evaluate_model", lambda model, tokenizer, config: table)
+    metrics = runs.protocol_metrics(None, None, smoke_config())
     assert metrics["wikitext_bpb"] == 2.2 and metrics["wikitext_ppl_word"] == 9000.0  # the studies' "wikitext" keys
     assert metrics["news_ppl"] == 120.0 and metrics["lambada_ppl"] == 700.0 and metrics["lambada_acc_high"] == 0.05
 
@@ -282,7 +287,7 @@ def test_squared_singular_values_from_the_gram_matrix_equal_the_svds():
     for shape in [(48, 12), (12, 48), (30, 30)]:
         matrix = torch.randn(shape, dtype=torch.float64, generator=generator)
         expected = torch.linalg.svdvals(matrix) ** 2
-        assert torch.allclose(study._squared_singular_values(matrix), expected, rtol=1e-10, atol=1e-10)
+        assert torch.allclose(reconstruction._squared_singular_values(matrix), expected, rtol=1e-10, atol=1e-10)
 
 
 def test_van_loan_error_meets_the_svd_bound():
@@ -353,22 +358,23 @@ def test_distill_task_trains_the_student_only():
         DistillTask(ids, ids[:50], batch_size=2, seq_len=8)
 
 
-def test_train_runs_trains_the_krony_models_then_the_baselines_which_a_second_process_takes_from_the_end(monkeypatch):
+def test_train_runs_trains_the_krony_models_then_the_baselines_which_a_second_worker_takes_from_the_end(
+        monkeypatch):
     config = smoke_config(fractions=[0.1, 1.0], seeds=[0, 1], classes=["81M"], inits=["van_loan", "random"],
                           table6_factors=[1])
     calls = []
 
     def models_at(config, fraction, specs, seed, desc):
         calls.extend((fraction, seed, spec) for spec in specs)
-        return [{"model": study.LABELS[s.kind], "class": s.size_class, "init": s.init,
+        return [{"model": LABELS[s.kind], "class": s.size_class, "init": s.init,
                  "best_val_loss": 1.0 if s.init == "random" else 2.0, "wikitext_bpb": 2.0} for s in specs]
 
     def continued_run(config, fraction, spec, seed):
         calls.append((fraction, seed, spec))
 
-    monkeypatch.setattr(study, "_models_at", models_at)
-    monkeypatch.setattr(study, "continued_run", continued_run)
-    study.train_runs(config)
+    monkeypatch.setattr(order, "models_at", models_at)
+    monkeypatch.setattr(order, "continued_run", continued_run)
+    order.train_runs(config)
     kinds = [spec.kind for _, _, spec in calls]
     first_dense = kinds.index("distilled")
     assert set(kinds[:first_dense]) == {"krony"} and "krony" not in kinds[first_dense:]
@@ -377,40 +383,37 @@ def test_train_runs_trains_the_krony_models_then_the_baselines_which_a_second_pr
         (kind, fraction, seed) for kind in ("distilled", "scratch") for fraction in (0.1, 1.0) for seed in (0, 1)]
     # Every run the grid, Table 6 and the trend (with the grid's best init on validation, random here) read,
     # and no other.
-    needed = {(1.0, 0, spec) for spec in study.grid_specs(config) + study.table6_specs(config)}
+    needed = {(1.0, 0, spec) for spec in runs.grid_specs(config) + runs.table6_specs(config)}
     needed |= {(f, seed, spec) for f in config.fractions for seed in config.seeds
-               for spec in study.trend_specs(config, "random")}
+               for spec in runs.trend_specs(config, "random")}
     assert set(calls) == needed  # (the trend's Krony run at the final checkpoint and first seed is the grid's, cached)
     calls.clear()
-    study.baseline_runs(config, from_the_end=True)  # `lmstudy krony baselines`
+    parameters = {**preset("03_kronecker", "smoke"), "fractions": [0.1, 1.0], "seeds": [0, 1], "classes": ["81M"],
+                  "inits": ["van_loan", "random"], "table6_factors": [1], "scale": "smoke"}
+    walk_from_the_end(order.study_run_list(parameters))  # `lmstudy study 03_kronecker --second-worker`
     assert calls == dense[::-1]
 
 
-def test_krony_baselines_pretraining_only_stops_before_the_runs_that_read_the_base(monkeypatch):
+def test_krony_scratch_trains_the_scratch_pretraining_alone_with_the_studys_parameters(monkeypatch):
     from lmstudy.__main__ import main
 
     calls = []
-    monkeypatch.setattr(study, "scratch_pretraining", lambda config: calls.append(("pretraining", config.fractions))
+    monkeypatch.setattr(baselines, "scratch_pretraining", lambda config: calls.append(config.fractions)
                         or {"steps": 1, "tokens": 2, "parameters": 3, "val_loss": 4.0})
-    monkeypatch.setattr(study, "baseline_runs", lambda config, from_the_end: calls.append(("runs", from_the_end)))
-    args = ["krony", "baselines", "--scale", "smoke", "-p", "fractions", "[0.1, 1.0]"]
-    assert main(args + ["--pretraining-only"]) == 0
-    assert calls == [("pretraining", [0.1, 1.0])]  # the -p values reach the config
-    calls.clear()
-    assert main(args) == 0
-    assert calls == [("pretraining", [0.1, 1.0]), ("runs", True)]
+    assert main(["krony", "scratch", "--scale", "smoke", "-p", "fractions", "[0.1, 1.0]"]) == 0
+    assert calls == [[0.1, 1.0]]  # the -p values reach the config
 
 
 def test_the_dense_baselines_need_the_bases_data_run_not_the_trained_base(monkeypatch, tmp_path):
     from types import SimpleNamespace
 
     config = smoke_config()
-    expected = study.dense_config(config).to_dict(), study.dense_width(config)
-    study._base(config, config.fractions[0]).tokenizer.save_pretrained(str(tmp_path / "tokenizer"))
+    expected = baselines.dense_config(config).to_dict(), baselines.dense_width(config)
+    bases.shared_base(config, config.fractions[0]).tokenizer.save_pretrained(str(tmp_path / "tokenizer"))
     # A data run holding that tokenizer, and no base: the scratch arm's pretraining can start beside the base's.
-    monkeypatch.setattr(study, "finished_data_run", lambda data: SimpleNamespace(path=tmp_path))
-    monkeypatch.setattr(study, "_base", lambda *args: pytest.fail("the trained base was read"))
-    assert (study.dense_config(config).to_dict(), study.dense_width(config)) == expected
+    monkeypatch.setattr(baselines, "finished_data_run", lambda data: SimpleNamespace(path=tmp_path))
+    monkeypatch.setattr(baselines, "shared_base", lambda *args: pytest.fail("the trained base was read"))
+    assert (baselines.dense_config(config).to_dict(), baselines.dense_width(config)) == expected
 
 
 def test_scratch_checkpoint_is_read_once_written_before_the_run_ends(tmp_path, monkeypatch):
@@ -420,9 +423,9 @@ def test_scratch_checkpoint_is_read_once_written_before_the_run_ends(tmp_path, m
 
     monkeypatch.setenv("LMSTUDY_RUNS", str(tmp_path))
     config = smoke_config()
-    monkeypatch.setattr(study, "dense_config", lambda config: SMALL)
-    monkeypatch.setattr(study, "_scratch_identity", lambda config: {"stage": "scratch_pretraining", "test": 1})
-    run = get_run(study.STUDY, study._scratch_identity(config))
+    monkeypatch.setattr(baselines, "dense_config", lambda config: SMALL)
+    monkeypatch.setattr(baselines, "scratch_identity", lambda config: {"stage": "scratch_pretraining", "test": 1})
+    run = get_run(STUDY, baselines.scratch_identity(config))
     steps = config.recipe.kept_steps()
     torch.manual_seed(0)
     weights = GPT2LMHeadModel(SMALL)
@@ -438,38 +441,14 @@ def test_scratch_checkpoint_is_read_once_written_before_the_run_ends(tmp_path, m
         write_checkpoint(1.0)
 
     pretrained = []
-    monkeypatch.setattr(study, "scratch_pretraining", pretrain_the_rest)
+    monkeypatch.setattr(baselines, "scratch_pretraining", pretrain_the_rest)
     write_checkpoint(0.1)
-    model = study.scratch_checkpoint(config, 0.1)  # the run is not done: its 10% checkpoint is there
+    model = baselines.scratch_checkpoint(config, 0.1)  # the run is not done: its 10% checkpoint is there
     assert not pretrained and not run.done
     expected = weights.transformer.wte.weight.detach().to(torch.float16).float()
     assert torch.equal(model.transformer.wte.weight, expected)
-    study.scratch_checkpoint(config, 1.0)  # not written yet: trained (or waited for) first
+    baselines.scratch_checkpoint(config, 1.0)  # not written yet: trained (or waited for) first
     assert pretrained == [True]
-
-
-def test_initial_model_is_built_once_for_its_two_users(monkeypatch):
-    config = smoke_config()
-    built = []
-
-    def build(config, fraction, spec, seed):
-        built.append((fraction, spec, seed))
-        torch.manual_seed(len(built))
-        return GPT2LMHeadModel(SMALL)
-
-    monkeypatch.setattr(study, "_build_initial_model", build)
-    monkeypatch.setattr(study, "_identity", lambda config, fraction, spec, stage, seed: {
-        "fraction": fraction, "model": repr(spec), "seed": seed})
-    monkeypatch.setattr(study, "_LAST_INITIAL", {})
-    van_loan = ModelSpec("krony", "81M", "van_loan")
-    first = study.initial_model(config, 1.0, van_loan, seed=0)
-    first.transformer.wte.weight.data.zero_()  # the caller's copy: training it leaves the kept one alone
-    again = study.initial_model(config, 1.0, van_loan, seed=1)  # Van Loan does not depend on the seed
-    assert len(built) == 1 and again.transformer.wte.weight.abs().sum() > 0
-    random = ModelSpec("krony", "81M", "random")
-    study.initial_model(config, 1.0, random, seed=0)
-    study.initial_model(config, 1.0, random, seed=1)  # random factors do
-    assert [seed for _, _, seed in built] == [0, 0, 1]
 
 
 @pytest.fixture
@@ -477,12 +456,10 @@ def fresh_base_cache():
     """The bases (lmstudy.base.loaded_study_base) and the study's streams are kept per process: forget them before
     and after a test that moves the run cache."""
     base._loaded_study_base.cache_clear()
-    study._streams.cache_clear()
-    study._LAST_INITIAL.clear()
+    bases._streams.cache_clear()
     yield
     base._loaded_study_base.cache_clear()
-    study._streams.cache_clear()
-    study._LAST_INITIAL.clear()
+    bases._streams.cache_clear()
 
 
 @pytest.mark.slow
@@ -498,40 +475,44 @@ def test_end_to_end_on_the_smoke_base(tmp_path, monkeypatch, fresh_base_cache, c
     config = smoke_config(fractions=[0.1, 1.0], classes=["81M", "67M"], inits=["van_loan", "random"],
                           table6_factors=[1, 2], domains=[])
 
-    # The dense baselines first, as `lmstudy krony baselines` beside the study does (the scratch arm's pretraining,
-    # then the distilled and scratch runs from each checkpoint and seed): the study then reads them back.
+    # The dense baselines first, as a second worker beside the study does (`lmstudy study 03_kronecker
+    # --second-worker`: the baselines from the end of the list, so the scratch arm's pretraining first): the study
+    # then reads them back.
+    import json
+
+    from lmstudy import second_worker
     from lmstudy.__main__ import main
     from lmstudy.runs import get_run
 
-    assert main(["krony", "baselines", "--scale", "smoke", "-p", "compare_class", "81M", "-p", "fractions",
-                 "[0.1, 1.0]", "-p", "domains", "[]"]) == 0
-    assert get_run(study.STUDY, study._scratch_identity(config)).done
+    assert second_worker.main(["03_kronecker", "--scale", "smoke", "--overrides", json.dumps(
+        {"compare_class": "81M", "fractions": [0.1, 1.0], "domains": []})]) == 0
+    assert get_run(STUDY, baselines.scratch_identity(config)).done
     with monkeypatch.context() as nothing_to_train:
-        nothing_to_train.setattr(study, "train_and_restore", None)
-        study.baseline_runs(config)
-    assert main(["krony", "baselines", "--scale", "smoke", "-p", "no_such_key", "1"]) == 2
+        nothing_to_train.setattr(runs, "train_and_restore", None)
+        order.baseline_runs(config)
+    assert main(["krony", "scratch", "--scale", "smoke", "-p", "no_such_key", "1"]) == 2
 
-    grid = study.grid_table(config)
+    grid = study_tables.grid_table(config)
     assert grid["model"].tolist() == ["base"] + ["Krony"] * 4 + ["distilled", "scratch, equal data"]
     krony81 = grid[(grid["model"] == "Krony") & (grid["class"] == "81M")].iloc[0]
     dense = grid[grid["model"] != "Krony"].iloc[1:]
     per_unit = config.recipe.model.n_layer * (2 * config.recipe.model.n_embd + 1)
     assert (abs(dense["parameters"] - krony81["parameters"]) <= per_unit / 2).all()  # the matched size
     assert grid[["wikitext_bpb", "before_wikitext_bpb", "lambada_acc"]].iloc[1:].notna().all().all()
-    init = study.best_init(grid, "81M")
+    init = study_tables.best_init(grid, "81M")
 
-    trend = study.trend_table(config, init)
+    trend = study_tables.trend_table(config, init)
     assert len(trend) == 2 * 2 * 3 and set(trend["base_tokens"]) == {1024, 10240}
     # Seed 0 of the final checkpoint is the grid's run, read back from the cache.
     final = trend[(trend["fraction"] == 1.0) & (trend["seed"] == 0)].set_index("model")
     assert final.loc["distilled", "wikitext_bpb"] == grid.set_index("model").loc["distilled", "wikitext_bpb"]
     # Equal data: the scratch model was pretrained with the base's recipe and kept the base's checkpoints.
-    scratch = study.scratch_pretraining(config)
-    assert scratch["steps"] == config.recipe.max_steps and scratch["n_inner"] == study.dense_width(config)
+    scratch = baselines.scratch_pretraining(config)
+    assert scratch["steps"] == config.recipe.max_steps and scratch["n_inner"] == baselines.dense_width(config)
     # The distilled student starts as the narrowed base, better than the scratch model at 10% of its budget.
     assert trend["before_wikitext_bpb"].notna().all()
 
-    rows = study.table6(config)
+    rows = study_tables.table6(config)
     assert rows[["factors", "scalars"]].values.tolist() == [[1, False], [1, True], [2, False], [2, True]]
     assert rows["parameters"].iloc[2] > rows["parameters"].iloc[0]
     table = claims(config, grid, rows, trend)
@@ -539,17 +520,17 @@ def test_end_to_end_on_the_smoke_base(tmp_path, monkeypatch, fresh_base_cache, c
     assert (table["dataset"] == "WikiText-2 test").groupby(table["claim"]).sum()[OUTPERFORMS] == 2  # per checkpoint
 
     # A rerun trains nothing: every stage is read back from the run cache.
-    monkeypatch.setattr(study, "train_and_restore", None)
-    monkeypatch.setattr(study, "train", None)
-    assert study.trend_table(config, init).equals(trend)
+    monkeypatch.setattr(runs, "train_and_restore", None)
+    monkeypatch.setattr(baselines, "train", None)
+    assert study_tables.trend_table(config, init).equals(trend)
 
     # scripts/gpu_krony_tables.py (a GPU lease's tables, drawn here from its runs' metrics) reads the same tables
     # back from the run cache with no base loaded.
     import runpy
     from pathlib import Path
 
-    monkeypatch.setattr(study, "_base", None)
-    monkeypatch.setattr(study, "load_base", None)
+    for module, loader in ((runs, "shared_base"), (runs, "load_base"), (baselines, "shared_base")):
+        monkeypatch.setattr(module, loader, None)
     tables = runpy.run_path(str(Path(__file__).parents[1] / "scripts" / "gpu_krony_tables.py"))
     out = tmp_path / "tables"
     assert tables["main"]([str(out), "--scale", "smoke", "-p", "fractions", "[0.1, 1.0]", "-p", "classes",
@@ -570,7 +551,7 @@ def test_end_to_end_on_the_smoke_base(tmp_path, monkeypatch, fresh_base_cache, c
         run_config = json.loads(config_file.read_text())
         return run_config.get("stage") == "continued" and run_config["model"]["kind"] == "scratch"
 
-    stopped = next(path.parent for path in sorted((runs_dir() / study.STUDY).glob("*/config.json"))
+    stopped = next(path.parent for path in sorted((runs_dir() / STUDY).glob("*/config.json"))
                    if is_continued_scratch(path))
     (stopped / METRICS_FILE).rename(stopped / "metrics.stopped")
     capsys.readouterr()
