@@ -1,5 +1,6 @@
-"""The entity study's model as a Hugging Face folder (:func:`export_model`, cached: ``<run>/model``):
-``GPT2E.from_pretrained`` with its ``GPT2EConfig`` reads it back (:func:`check_export`)."""
+"""The entity study's model as a Hugging Face folder (:func:`export_model`, cached: ``<run>/model``, written by
+lmstudy's one exporter, :func:`lmstudy.hf_export.export_folder`): ``GPT2E.from_pretrained`` with its ``GPT2EConfig``
+reads it back (:func:`check_export`)."""
 
 from __future__ import annotations
 
@@ -9,30 +10,28 @@ from lmstudy.entity.config import STUDY, EntityStudyConfig, load_base
 from lmstudy.entity.documents import study_documents
 from lmstudy.entity.model import GPT2E
 from lmstudy.entity.runs import coref_test_scores, finetune_config, finetune_run, finetuned_model
-from lmstudy.runs import Run, atomic_write_json, cached, get_run
+from lmstudy.hf_export import export_folder
+from lmstudy.runs import Run, cached, get_run
 from lmstudy.training import count_parameters
 
 
 EXPORT_FOLDER = "model"
-RUN_RECORD = "lmstudy_run.json"
 
 
 def export_model(config: EntityStudyConfig, name: str = "GPT2E", seed: int | None = None) -> Path:
     """The best weights of ``name`` (seed: the first of ``seeds``) as a Hugging Face folder (cached run,
     ``<run>/model``): ``save_pretrained`` (safetensors, float32, ``config.json`` of :class:`GPT2EConfig` with
-    the entity options), the tokenizer, and ``lmstudy_run.json`` (the fine-tuning config and metrics).
+    the entity options), the tokenizer, and ``lmstudy_run.json`` (the fine-tuning config and metrics; no model
+    card).
     ``GPT2E.from_pretrained(path)`` reads it back."""
     seed = config.seeds[0] if seed is None else seed
     run_config = {"stage": "export", "model": name, "seed": seed, **config.finetune_identity()}
 
     def fn(run: Run) -> dict:
         model, tokenizer = finetuned_model(config, name, seed)
-        path = run.path / EXPORT_FOLDER
-        model.cpu().save_pretrained(str(path))
-        tokenizer.save_pretrained(str(path))
-        atomic_write_json(path / RUN_RECORD, {"study": STUDY, "model": name, "seed": seed,
-                                              "config": finetune_config(config, name, seed),
-                                              "metrics": finetune_run(config, name, seed)})
+        record = {"study": STUDY, "model": name, "seed": seed, "config": finetune_config(config, name, seed),
+                  "metrics": finetune_run(config, name, seed)}
+        export_folder(model.cpu(), tokenizer, run.path / EXPORT_FOLDER, record)
         return {"folder": EXPORT_FOLDER, "parameters": count_parameters(model)}
 
     cached(STUDY, run_config, fn)
