@@ -72,6 +72,7 @@ def test_every_study_claims_builder_goes_through_claims_table():
             if isinstance(node, ast.FunctionDef) and node.name in ("claims", "published_claims"):
                 calls = {getattr(call.func, "id", getattr(call.func, "attr", None))
                          for call in ast.walk(node) if isinstance(call, ast.Call)}
-                builders.append(path.name)
+                builders.append(f"{path.parent.name}/{path.name}")
                 assert calls & {"claims_table", "claims"}, f"{path.name}:{node.name} does not call claims_table"
-    assert {"tables.py", "extended.py", "trend.py", "study.py"} <= set(builders)
+    assert {"welch/tables.py", "welch/extended.py", "welch/trend.py", "entity/claims.py", "krony/claims.py",
+            "ctrl/claims.py"} <= set(builders)
