@@ -9,8 +9,8 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 # A plain `pip install torch` pulls a multi-GB CUDA build; 2.13.0 is what we test with (CPU wheel here).
 TORCH_SPEC ?= torch==2.13.0
-# Test worker processes (pytest-xdist; tests/conftest.py splits the cores between them). Peak memory is about
-# 16 GiB with 2 (an estimate: two paper-scale dry runs side by side); -n 0 runs everything in one process.
+# Test worker processes (pytest-xdist; tests/conftest.py splits the cores between them and puts the paper-scale
+# dry runs first, one file, so one worker runs them one at a time); -n 0 runs everything in one process.
 TEST_WORKERS ?= 2
 STAMP := $(VENV)/.lmstudy-installed
 # JupyterLab refuses to run as root (containers) unless told to.

@@ -111,9 +111,8 @@ from accelerate.utils import (GradientAccumulationPlugin, broadcast_object_list,
 from accelerate.utils.operations import honor_type
 from tqdm.auto import tqdm
 
-# kept_checkpoint: the checkpoints of TrainConfig.keep_checkpoints, which the studies also import from here.
-from lmstudy.checkpoints import (kept_checkpoint, latest_checkpoint, load_weights, read_checkpoint,  # noqa: F401
-                                 restore_checkpoint, rng_state, save_best, save_checkpoint)
+from lmstudy.checkpoints import (latest_checkpoint, load_weights, read_checkpoint, restore_checkpoint, rng_state,
+                                 save_best, save_checkpoint)
 from lmstudy.runs import Run, atomic_write_text, process_state, read_log_records, to_jsonable
 
 OPTIMIZERS = ("adamw", "sgd")

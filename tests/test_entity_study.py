@@ -27,7 +27,7 @@ from lmstudy.entity.model import GPT2E, GPT2EConfig
 from lmstudy.entity.runs import initial_model, train_config
 from lmstudy.entity.timing import compare_step_times, step_time_table
 from lmstudy.runs import get_run
-from lmstudy.training import kept_checkpoint
+from lmstudy.checkpoints import kept_checkpoint
 
 
 def _base() -> GPT2LMHeadModel:

@@ -24,13 +24,13 @@ def test_each_stage_is_walked_from_its_end_stages_in_order(capsys):
 
 
 def test_the_study_run_lists_are_the_notebooks_runs():
-    # 01: Table 1's grid, then the freezing trend (scripts/welch_worker.py's list, which this replaces)
+    # 01: Table 1's grid, then the freezing trend
     grid, trend = run_list("01_embedding_init", parameters("01_embedding_init", "cpu"))
     assert (len(grid), len(trend)) == (64, 24)
     # 02: GPT2 and GPT2E of every seed, then the ablations
     (entity,) = run_list("02_entity_transformer", parameters("02_entity_transformer", "cpu"))
     assert [run.label for run in entity[:2]] == ["GPT2, seed 0", "GPT2E, seed 0"] and len(entity) == 12
-    # 03: the dense baselines (`lmstudy krony baselines`' list, which this replaces), distilled first
+    # 03: the dense baselines, distilled first
     (krony,) = run_list("03_kronecker", parameters("03_kronecker", "cpu"))
     assert len(krony) == 18 and krony[0].label.startswith("distilled") and krony[-1].label.startswith("scratch")
     with pytest.raises(KeyError, match="no run list"):

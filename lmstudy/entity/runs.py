@@ -50,6 +50,7 @@ from safetensors.torch import load_model
 from transformers import GPT2LMHeadModel
 from transformers.initialization import no_init_weights
 
+from lmstudy.checkpoints import kept_checkpoint
 from lmstudy.entity.config import ABLATIONS, MODELS, STUDY, VARIANTS, EntityStudyConfig, load_base
 from lmstudy.entity.data import EntityDocument, EntityLMTask, entity_stream_loss
 from lmstudy.entity.documents import study_documents, without_entities
@@ -58,7 +59,7 @@ from lmstudy.evaluation import lambada_examples, lambada_scores
 from lmstudy.runs import Run, cached, get_run, read_log, read_log_records
 from lmstudy.second_worker import StudyRun
 from lmstudy.training import (
-    TrainConfig, count_parameters, kept_checkpoint, load_weights, process_device, train_and_restore,
+    TrainConfig, count_parameters, load_weights, process_device, train_and_restore,
 )
 
 

@@ -10,12 +10,13 @@ from transformers.initialization import no_init_weights
 
 from lmstudy.base import finished_data_run, gpt2_config
 from lmstudy.base import run_config as base_run_config
+from lmstudy.checkpoints import kept_checkpoint
 from lmstudy.krony.bases import shared_base, study_streams
 from lmstudy.krony.classes import class_width
 from lmstudy.krony.config import STUDY, KronyConfig
 from lmstudy.runs import Run, cached, get_run
 from lmstudy.tokenization import load_tokenizer
-from lmstudy.training import count_parameters, kept_checkpoint, train
+from lmstudy.training import count_parameters, train
 
 
 def base_model_config(config: KronyConfig) -> GPT2Config:
