@@ -22,6 +22,8 @@ The model selector offers the allow-listed local checkpoints (``models/ctrl-demo
 ``models/`` folders, control-code runs) and the ``--model`` argument, never a path from the browser.
 Everything the page does is in ``lmstudy.ctrl.serving``; this file is the page and the command
 line. ``build_demo()`` returns the ``gr.Blocks`` (queue configured); only ``main()`` launches it.
+A raw API request that names no function of the page or sends fewer values than its inputs is answered
+before Gradio sees it (:class:`RequestCheck`, installed by :class:`CheckedBlocks` on every launch).
 """
 
 from __future__ import annotations
@@ -30,9 +32,13 @@ import argparse
 import functools
 import html
 import inspect
+import json
+import re
 import time
 
 import gradio as gr
+from starlette.middleware import Middleware
+from starlette.responses import JSONResponse
 
 from lmstudy.ctrl.sampling import PENALTIES
 from lmstudy.ctrl.serving import (
@@ -50,6 +56,7 @@ from lmstudy.ctrl.serving import (
     fit_max_new_tokens,
     on_model_thread,
     prepare_comparison,
+    quoted,
     run_on_model_thread,
     stream_comparison,
 )
@@ -70,6 +77,112 @@ EXAMPLES = [
     ("What is", ["Questions Q:", "Wikipedia", "IRC"]),
 ]
 DEFAULT_CODES = ["Wikipedia", "Books", "Reviews", "r/worldnews"]
+
+
+# The routes whose JSON body names a function (fn_index) or whose path names an endpoint, and sends its inputs:
+# the queue (the page's own route), the direct call (/run/NAME, /api/NAME) and the two-step /call/NAME.
+API_REQUEST = re.compile(r"/gradio_api/(?:(queue/join)|(?:run|api|call(?:/v2)?)/([^/]+))/?$")
+
+
+class RequestCheck:
+    """ASGI middleware on the app's server: a raw API request (a client posting to Gradio's routes itself) whose
+    ``fn_index`` or endpoint names no function of the page, or whose ``data`` has fewer values than the function's
+    inputs, is answered at once (404 or 422, ``{"detail": message}``: what is wrong, what the page has) instead of
+    reaching Gradio, which would look it up anyway and leave a traceback in the server's log (a ``KeyError``, or its
+    "didn't receive enough input values"). Anything else goes on to Gradio unchanged: a malformed body is for
+    Gradio's own (pydantic) checks, which answer it without a traceback."""
+
+    def __init__(self, app, blocks: gr.Blocks) -> None:
+        self.app = app
+        self.blocks = blocks
+
+    async def __call__(self, scope, receive, send):
+        match = (scope["type"] == "http" and scope.get("method") == "POST"
+                 and API_REQUEST.search(scope.get("path", "")))
+        if not match:
+            await self.app(scope, receive, send)
+            return
+        chunks, more = [], True
+        while more:
+            message = await receive()
+            if message["type"] != "http.request":  # the client left before sending its request
+                return
+            chunks.append(message.get("body", b""))
+            more = message.get("more_body", False)
+        body = b"".join(chunks)
+        route = match.group(0)
+        problem = self.problem(body, endpoint=match.group(2), simple=route.startswith("/gradio_api/call/"),
+                               named=route.startswith("/gradio_api/call/v2/"))
+        if problem is not None:
+            status, detail = problem
+            await JSONResponse({"detail": detail}, status_code=status)(scope, receive, send)
+            return
+        sent = False
+
+        async def replay():  # the body read above, then the connection's own messages (a disconnect)
+            nonlocal sent
+            if sent:
+                return await receive()
+            sent = True
+            return {"type": "http.request", "body": body, "more_body": False}
+
+        await self.app(scope, replay, send)
+
+    def problem(self, body: bytes, endpoint: str | None, simple: bool, named: bool) -> tuple[int, str] | None:
+        """(HTTP status, message) for a request that names no function or sends too few inputs, else None.
+        ``endpoint``: the name in the path (None: the queue); ``simple``: /call/NAME (its data may leave out
+        the inputs the API skips); ``named``: /call/v2/NAME (inputs by name: Gradio checks them itself)."""
+        try:
+            request = json.loads(body)
+        except ValueError:
+            return None
+        if not isinstance(request, dict):
+            return None
+        fns = self.blocks.fns
+        index = request.get("fn_index")
+        if isinstance(index, str) and re.fullmatch(r"\s*[+-]?\d+\s*", index):  # pydantic reads "3" as 3
+            index = int(index)
+        elif isinstance(index, float) and index.is_integer():
+            index = int(index)
+        if index is not None:
+            if isinstance(index, bool) or not isinstance(index, int):
+                return None  # not a whole number: Gradio's own check refuses it
+            fn = fns.get(index)
+            if fn is None:
+                numbered = f"numbered {min(fns)} to {max(fns)}" if fns else "none"
+                return 404, (f"Unknown function index (fn_index) {index}: this app's functions are {numbered}; "
+                             f"or call an endpoint by name: {self.endpoints()}.")
+        elif endpoint is not None:
+            fn = next((fn for fn in fns.values() if fn.api_name == endpoint), None)
+            if fn is None:
+                return 404, f"Unknown endpoint {quoted('/' + endpoint)}: this app's endpoints are {self.endpoints()}."
+        else:
+            return None  # the queue without fn_index: Gradio answers "No function index provided."
+        data = request.get("data")
+        if named or not isinstance(data, list):
+            return None
+        needed = len(fn.inputs)
+        named = [block for block in fn.inputs if not getattr(block, "skip_api", False)]
+        if len(data) >= needed or simple and len(data) == len(named):  # /call/NAME fills the inputs the API skips
+            return None
+        what = f"The endpoint /{fn.api_name}" if fn.api_name else f"The function {fn._id}"
+        labels = ", ".join(str(getattr(block, "label", None) or type(block).__name__) for block in fn.inputs)
+        return 422, (f"{what} (fn_index {fn._id}) takes {needed} input values ({labels}); the request sent "
+                     f"{len(data)}.")
+
+    def endpoints(self) -> str:
+        names = [f"/{fn.api_name}" for fn in self.blocks.fns.values()
+                 if fn.api_name and getattr(fn, "api_visibility", "public") == "public"]
+        return ", ".join(names) or "none"
+
+
+class CheckedBlocks(gr.Blocks):
+    """``gr.Blocks`` whose server runs :class:`RequestCheck` first, however it is launched (``main()``, the tests)."""
+
+    def launch(self, *args, app_kwargs: dict | None = None, **kwargs):
+        app_kwargs = dict(app_kwargs or {})
+        app_kwargs["middleware"] = [*app_kwargs.get("middleware", []), Middleware(RequestCheck, blocks=self)]
+        return super().launch(*args, app_kwargs=app_kwargs, **kwargs)
 
 
 def _user_errors(fn):
@@ -208,7 +321,7 @@ def build_demo(model: str | None = None, max_queue: int = DEFAULT_MAX_QUEUE, wei
     def show_columns(n_columns):
         return [gr.update(visible=k < int(n_columns)) for k in range(MAX_COLUMNS)]
 
-    with gr.Blocks(title="lmstudy: control codes", analytics_enabled=False) as demo:
+    with CheckedBlocks(title="lmstudy: control codes", analytics_enabled=False) as demo:
         gr.Markdown("# lmstudy · control codes side by side\n"
                     "One prompt, several control codes (Keskar et al. 2019, CTRL), generated in one batch.")
         with gr.Row():

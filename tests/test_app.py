@@ -311,6 +311,91 @@ def test_hidden_characters_are_still_refused(client, model_dir, prompt, characte
         compare(client, str(model_dir), prompt)
 
 
+# --------------------------------------------------------------------------------------------
+# issue 48, as a hostile client: codes pasted with other spaces, messages without Python escapes, raw queue requests
+
+
+def test_codes_pasted_with_other_spaces_work_as_typed(client, model_dir, capfd):
+    """A no-break space, a tab or an em space in a code (a code pasted from a document) is a plain space, a run of
+    them one space, at the ends none: the columns, their stats lines and the attribution are the typed code's."""
+    typed = compare(client, str(model_dir), "apple", ("Alpha x y", "Beta"), max_new_tokens=6)
+    pasted = compare(client, str(model_dir), "apple", ("\u00a0Alpha\u00a0x\t \u2003y\t", "\tBeta\u3000"),
+                     max_new_tokens=6)
+    assert pasted[:4] == typed[:4] and pasted[0] != pasted[1]
+    assert pasted[4].startswith("**Alpha x y** · seed 0 · 6 tokens") and pasted[5].startswith("**Beta** · seed 0")
+    text = "engine piston gear valve bolt."
+    _, plain, _ = client.predict(str(model_dir), text, "Alpha, Beta", "uniform", api_name="/attribute")
+    _, spaced, _ = client.predict(str(model_dir), text, "Alpha\u00a0,\tBeta\u202f", "uniform", api_name="/attribute")
+    assert spaced["data"] == plain["data"] and [row[1] for row in spaced["data"]] == ["Beta", "Alpha"]
+    log = capfd.readouterr()
+    assert "Traceback" not in log.out + log.err
+
+
+@pytest.mark.parametrize("space", ["\u00a0", "\t", "\u2003", "\u3000", "\u202f", " \t\u00a0 "])
+def test_a_pasted_space_in_a_composite_code_is_a_plain_space(study_codes_model, space):
+    typed = parse_code(study_codes_model, "Reviews Rating: 1.0")
+    assert parse_code(study_codes_model, f"{space}Reviews{space}Rating:{space}1.0{space}") == typed
+    assert typed.code == "Reviews Rating: 1.0"
+
+
+READABLE_MESSAGES = [  # what is left after the spaces are normalised: shown in quotes, invisible characters named
+    (dict(codes=("Gam\u200dma", "Beta")), "Unknown control code 'Gam[zero width joiner U+200D]ma' (column 1)"),
+    (dict(codes=("Alpha", "Gam\u00a0ma")), "Unknown control code 'Gam' (column 2)"),
+    (dict(codes=("Alpha", "Gamma\nx")), "Unknown control code 'Gamma' (column 2)"),
+    (dict(model="/etc\u00a0x"), "Unknown model '/etc[no-break space U+00A0]x': choose one of the list"),
+    (dict(decoding="greedy\t"), "Decoding must be one of 'greedy', 'sample'; got 'greedy[tab]'"),
+    (dict(seed="1\n2"), "The seed must be a number, got '1[line break]2'"),
+    (dict(top_k="\x1b[31m"), "Top-k must be a number, got '[control character U+001B][31m'"),
+    (dict(prompt=["a\u00a0b"]), "The prompt must be a string, got ['a[no-break space U+00A0]b']"),
+    (dict(max_new_tokens="ten\u00a0" * 20), "Max new tokens must be a number, got 'ten[no-break space U+00A0]ten'..."),
+]
+
+
+@pytest.mark.parametrize("bad, message", READABLE_MESSAGES, ids=[m for _, m in READABLE_MESSAGES])
+def test_messages_show_what_was_sent_without_python_escapes(client, model_dir, bad, message, capfd):
+    bad = dict(bad)
+    prompt, codes = bad.pop("prompt", "apple"), bad.pop("codes", ("Alpha", "Beta"))
+    model = bad.pop("model", str(model_dir))
+    capfd.readouterr()
+    with pytest.raises(gradio_client.exceptions.AppError) as error:
+        compare(client, model, prompt, codes, n=2, **bad)
+    shown = message_of(error)
+    assert message in shown
+    assert "\\" not in shown and "\u00a0" not in shown and "\t" not in shown  # no escapes, no raw invisible space
+    log = capfd.readouterr()
+    assert "Traceback" not in log.out + log.err
+
+
+def test_raw_queue_requests_naming_no_function_or_too_few_inputs(client, model_dir, capfd):
+    """A client posting to Gradio's routes itself, with a function index the page does not have or fewer values
+    than the function's inputs: a message naming what is wrong, and no traceback in the server's log."""
+    import httpx
+
+    api = client.src.rstrip("/") + "/gradio_api"
+    compare_index = next(d["id"] for d in client.config["dependencies"] if d.get("api_name") == "compare")
+    capfd.readouterr()
+    cases = [
+        ("/queue/join", dict(data=[], fn_index=999, session_hash="h48a"), 404,
+         "Unknown function index (fn_index) 999: this app's functions are numbered 0 to "),
+        ("/queue/join", dict(data=[], fn_index="999", session_hash="h48b"), 404, "Unknown function index (fn_index) 999"),
+        ("/queue/join", dict(data=[], fn_index=-1, session_hash="h48c"), 404, "Unknown function index (fn_index) -1"),
+        ("/queue/join", dict(data=[str(model_dir)], fn_index=compare_index, session_hash="h48d"), 422,
+         f"The endpoint /compare (fn_index {compare_index}) takes 16 input values (Model, Prompt, Columns, "),
+        ("/run/compare", dict(data=[str(model_dir), "apple"]), 422, "takes 16 input values"),
+        ("/call/compare", dict(data=[str(model_dir)]), 422, "the request sent 1."),
+        ("/api/predict", dict(data=[], fn_index=999), 404, "Unknown function index (fn_index) 999"),
+        ("/run/nope", dict(data=[]), 404, "Unknown endpoint '/nope': this app's endpoints are /compare, /attribute"),
+        ("/call/v2/nope", dict(), 404, "Unknown endpoint '/nope'"),
+    ]
+    for route, body, status, message in cases:
+        answer = httpx.post(api + route, json=body, timeout=30)
+        assert (answer.status_code, route) == (status, route) and message in answer.json()["detail"], answer.text
+    log = capfd.readouterr()
+    assert "Traceback" not in log.out + log.err and "KeyError" not in log.out + log.err
+    # A whole request still goes through (the check hands Gradio the body it read).
+    assert compare(client, str(model_dir), "apple", max_new_tokens=4)[0].startswith("apple")
+
+
 def test_no_model_chosen_names_the_models(client, model_dir, capfd):
     """An empty model box, while models exist: choose one of them (not "No model found ... restart")."""
     calls = [lambda model: compare(client, model),
@@ -516,7 +601,10 @@ def test_main_listens_on_localhost_by_default(model_dir, monkeypatch):
     assert kwargs["server_name"] == "127.0.0.1" and kwargs["server_port"] == 7860 and kwargs["share"] is False
     assert demo._queue.max_size == 3
     app.main(["--model", str(model_dir), "--host", "0.0.0.0", "--port", "8123", "--share"])
-    assert calls[-1][1] == {"server_name": "0.0.0.0", "server_port": 8123, "share": True, "ssr_mode": False}
+    launched = dict(calls[-1][1])
+    middleware = launched.pop("app_kwargs")["middleware"]  # every launch checks raw API requests first (issue 48)
+    assert launched == {"server_name": "0.0.0.0", "server_port": 8123, "share": True, "ssr_mode": False}
+    assert [m.cls for m in middleware] == [app.RequestCheck] and middleware[0].kwargs["blocks"] is calls[-1][0]
     with pytest.raises(SystemExit):
         app.main(["--model", str(model_dir.parent / "nope")])
 

@@ -42,6 +42,9 @@ Decisions:
   *last* tokens (the ones next to the continuation) and the page says so.
 - **Showing what was typed**: a code is shown in a column's Markdown stats line through
   :func:`markdown_literal` (HTML escaped, Markdown punctuation backslashed), so it is shown, not rendered.
+  A code's tabs, line breaks and Unicode spaces (a pasted no-break space) are plain spaces, a run of them one
+  (:func:`normalize_code_spaces`). A message quotes what was sent through :func:`quoted`: as typed, never a
+  Python escape, an invisible character named in words (``'Reviews[tab]Rating:'``).
 - **One model thread.** Loading, every decoding step and every attribution run on one thread
   (:func:`run_on_model_thread`, :func:`on_model_thread`; why: the comment above them).
 - **Comparison.** One batch, one KV cache, one decoding loop: ``generation.stream_rows`` (the loop
@@ -100,6 +103,13 @@ EMOJI_TAG_SEQUENCE = re.compile("\U0001F3F4[\U000E0020-\U000E007E]+\U000E007F")
 # Markdown's inline punctuation (emphasis, code, links, images, strikethrough, escapes, LaTeX), backslashed
 # by markdown_literal after HTML escaping.
 MARKDOWN_PUNCTUATION = re.compile(r"([\\`*_\[\]!~$])")
+# What separates the words of a pasted code: tabs, line breaks and every Unicode space separator (category Zs:
+# the no-break space U+00A0, the thin and ideographic spaces, ...; Zl, Zp: U+2028, U+2029). parse_code turns each
+# run of them into one plain space, so "Reviews<no-break space>Rating: 1.0" is the typed "Reviews Rating: 1.0".
+CODE_WHITESPACE = re.compile(
+    "[\t\n\r\u00a0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000 ]+")
+# Invisible characters a message names in words when it quotes a string (the others: their Unicode names).
+CHARACTER_NAMES = {"\t": "tab", "\n": "line break", "\r": "carriage return"}
 
 
 
@@ -229,11 +239,60 @@ class ModelRegistry:
 # validation: one check per kind of field (text, code, number, choice, flag), for the page and the API alike
 
 
+def normalize_code_spaces(code: str) -> str:
+    """``code`` with each run of tabs, line breaks and Unicode space separators as one plain space, ends stripped
+    (:data:`CODE_WHITESPACE`): a code pasted with a no-break space or a tab is the code typed with a space."""
+    return CODE_WHITESPACE.sub(" ", code).strip(" ")
+
+
+def _character(char: str) -> str:
+    """One character of a quoted string: itself when it shows, else its name in brackets (``[tab]``,
+    ``[no-break space U+00A0]``): spaces other than the plain one, control, format and unassigned characters."""
+    category = unicodedata.category(char)
+    if char == " " or category[0] not in "CZ":
+        return char
+    if char in CHARACTER_NAMES:
+        return f"[{CHARACTER_NAMES[char]}]"
+    described = {"Cc": "control character", "Cs": "surrogate", "Co": "private-use character",
+                 "Cn": "unassigned character"}.get(category, "character")
+    return f"[{unicodedata.name(char, described).lower()} U+{ord(char):04X}]"
+
+
+def quoted(text: str) -> str:
+    """``text`` in quotes as a message shows it: as typed, with no Python escapes; each invisible character named
+    in words (``'Reviews[tab]Rating:'``, ``'a[zero width space U+200B]b'``)."""
+    return "'" + "".join(map(_character, text)) + "'"
+
+
+def _literal(value) -> str:
+    """``value`` written out for a message: strings through :func:`quoted`, lists and dicts item by item."""
+    if isinstance(value, str):
+        return quoted(value)
+    if isinstance(value, (list, tuple)):
+        items = ", ".join(map(_literal, value))
+        return f"[{items}]" if isinstance(value, list) else f"({items}{',' if len(value) == 1 else ''})"
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{_literal(k)}: {_literal(v)}" for k, v in value.items()) + "}"
+    if isinstance(value, float):
+        return f"{value:g}"
+    return repr(value) if isinstance(value, (bool, int, type(None))) else quoted(repr(value))
+
+
 def _shown(value, limit: int = 40) -> str:
-    """``value`` as a message quotes it: short (a 20,000-character string or a 400-digit number is cut)."""
+    """``value`` as a message quotes it: short (a 20,000-character string or a 400-digit number is cut), with no
+    Python escapes (:func:`quoted`)."""
     if isinstance(value, int) and not isinstance(value, bool) and len(str(value)) > 20:
         return f"{str(value)[:12]}... ({len(str(abs(value)))} digits)"
-    text = f"{value:g}" if isinstance(value, float) else repr(value)
+    if isinstance(value, str):
+        if len(whole := quoted(value)) <= limit:
+            return whole
+        cut = value[0]
+        for char in value[1:]:  # the longest start that fits, quotes and "..." included (at least one character)
+            if len(quoted(cut + char)) + 3 > limit:
+                break
+            cut += char
+        return quoted(cut) + "..."
+    text = _literal(value)
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
@@ -264,7 +323,7 @@ def check_text(text, served: ServedModel | None = None, what: str = "prompt") ->
         for token in served.special_tokens():
             if token in text:
                 hint = " (choose control codes in the code boxes instead)" if served.kind == "control" else ""
-                raise InputError(f"The {what} contains {token!r}, one of the model's special tokens: "
+                raise InputError(f"The {what} contains {quoted(token)}, one of the model's special tokens: "
                                  f"remove it{hint}.")
     return text
 
@@ -279,9 +338,10 @@ class Prefix:
 
 
 def parse_code(served: ServedModel, code, column: str = "") -> Prefix:
-    """A typed code -> the :class:`Prefix` of its rows (see the module docstring)."""
+    """A typed code -> the :class:`Prefix` of its rows (see the module docstring). Tabs, line breaks and Unicode
+    spaces (a pasted no-break space) are plain spaces, runs of them one (:func:`normalize_code_spaces`)."""
     where = f" ({column})" if column else ""
-    code = "" if code is None else str(code).strip()
+    code = "" if code is None else normalize_code_spaces(str(code))
     if len(code) > MAX_CODE_CHARS:
         raise InputError(f"The control code{where} is {len(code)} characters long; the limit is {MAX_CODE_CHARS}.")
     if code:
@@ -300,12 +360,12 @@ def parse_code(served: ServedModel, code, column: str = "") -> Prefix:
     try:
         name = get_code(name, known=served.codes)
     except ValueError as error:
-        raise InputError(f"Unknown control code {code_name(name)!r}{where}; this model knows: "
+        raise InputError(f"Unknown control code {quoted(code_name(name))}{where}; this model knows: "
                          f"{', '.join(served.codes)}.") from error
     try:  # a secondary code: the domain's own form, or another domain's template (code-mixing)
         prefix = code_prefix(served.tokenizer, f"{name} {secondary}", served.codes)
     except ValueError as error:
-        raise InputError(f"Malformed control code {code!r}{where}: {error}.") from error
+        raise InputError(f"Malformed control code {quoted(code)}{where}: {error}.") from error
     return Prefix(prefix.code, prefix.ids, prefix.glue)
 
 
@@ -403,7 +463,7 @@ def check_choice(value, choices: Sequence[str], name: str) -> str:
     """``value`` if it is one of ``choices`` (a radio button's or a dropdown's), else an :class:`InputError`."""
     if isinstance(value, str) and value in choices:
         return value
-    raise InputError(f"{_capitalized(name)} must be one of {', '.join(map(repr, choices))}; got {_shown(value)}.")
+    raise InputError(f"{_capitalized(name)} must be one of {', '.join(map(quoted, choices))}; got {_shown(value)}.")
 
 
 def check_flag(value, name: str) -> bool:
@@ -615,7 +675,7 @@ def parse_code_list(served: ServedModel, codes) -> list[str] | None:
     for name in names:
         prefix = parse_code(served, name)
         if len(prefix.ids) != 1:
-            raise InputError(f"Attribution ranks domain codes: write {prefix.code.split(' ')[0]!r} without its "
+            raise InputError(f"Attribution ranks domain codes: write {quoted(prefix.code.split(' ')[0])} without its "
                              "secondary code.")
         checked.append(prefix.code)
     return list(dict.fromkeys(checked))
@@ -686,5 +746,5 @@ __all__ = ["COLUMNS", "Column", "Comparison", "DECODINGS", "InputError", "MAX_NE
            "NO_CHECKPOINT", "NumberField", "PRIORS", "Prefix", "SEED", "ServedModel", "TEMPERATURE", "THETA", "TOP_K",
            "TOP_P", "allowed_checkpoints", "attribute_text", "check_choice", "check_flag", "check_max_new_tokens",
            "check_seed", "check_text", "fit_max_new_tokens", "load_served_model", "markdown_literal",
-           "max_new_tokens_field", "parse_code", "parse_code_list", "prefix_log_likelihoods", "prepare_comparison",
-           "sampling_config", "stream_comparison"]
+           "max_new_tokens_field", "normalize_code_spaces", "parse_code", "parse_code_list", "prefix_log_likelihoods", "prepare_comparison",
+           "quoted", "sampling_config", "stream_comparison"]
