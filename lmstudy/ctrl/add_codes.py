@@ -25,6 +25,8 @@ app finds it (``models/<name>``: ``serving.allowed_checkpoints``). Decisions:
   code, its held-out loss with its own code (``data.code_stream_loss``) and the top-1 source-attribution
   accuracy of its held-out documents (``attribution.attribution_table``, uniform prior) -- before over the
   old codes, after over the old codes only (the same question as before) and over all codes (old + new).
+- **A delta model** (``lmstudy.ctrl.smol_ctrl``: LoRA + code rows over a fetched SmolLM2) is extended from its
+  merged weights, and the copy is written as a full model (not as a delta).
 - **Writing.** ``save_control_model`` (safetensors, ``control_codes.json`` with the codes and the new
   mixture) into a temporary folder beside the destination, renamed into place at the end: a failed run
   leaves nothing. ``control_codes.json`` also records ``added_codes`` (name -> source path), so codes can
@@ -46,7 +48,8 @@ import pandas as pd
 from lmstudy.ctrl.attribution import attribution_table
 from lmstudy.ctrl.codes import CODE_PREFIX, CODE_SUFFIX, CODES, code_texts
 from lmstudy.ctrl.data import CodedTexts, build_task, code_id, code_stream_loss, encode_stream
-from lmstudy.ctrl.model import CODES_FILE, load_control_model, pretrained_with_codes, save_control_model
+from lmstudy.ctrl.model import CODES_FILE, load_control_model, pretrained_with_codes, save_control_model, with_codes
+from lmstudy.ctrl.smol_ctrl import DELTA_RECORD
 from lmstudy.runs import Run, replace_folder
 from lmstudy.training import TrainConfig, train_and_restore
 
@@ -176,7 +179,11 @@ def add_codes(model_dir: str | Path, new_codes: Mapping[str, str | Path], out_di
     before = measure(before_model.model, before_model.tokenizer, {n: texts.valid[n] for n in old}, seq_len, old)
     del before_model
 
-    model, tokenizer = pretrained_with_codes(str(model_dir), old + names)
+    if (model_dir / DELTA_RECORD).is_file():  # an adapter over a fetched base: the merged model + the new codes
+        merged = load_control_model(model_dir, device="cpu")
+        model, tokenizer = with_codes(merged.model, merged.tokenizer, old + names)
+    else:
+        model, tokenizer = pretrained_with_codes(str(model_dir), old + names)
     task = build_task(texts, tokenizer, config.batch_size, seq_len, "uniform", seed=config.seed)
     too_short = [n for n, ids in task.train_streams.items() if ids.numel() < seq_len]
     if too_short:

@@ -38,6 +38,7 @@ from transformers import AutoModelForCausalLM, GPT2Config, GPT2LMHeadModel
 
 from lmstudy import hf_export
 from lmstudy.base import StudyBase, loaded_study_base
+from lmstudy.ctrl import smol_ctrl
 from lmstudy.ctrl.codes import code_token
 from lmstudy.ctrl.data import CodedTexts, MixtureConfig, build_task, build_tokenizer, load_coded_texts
 from lmstudy.pretrained import load_pretrained
@@ -252,13 +253,16 @@ def save_control_model(model, tokenizer, mixture: dict[str, float], path: str | 
 
 def load_control_model(path: str | Path, device: str | torch.device | None = None) -> ControlModel:
     """Load a folder written by :func:`save_control_model` (float32, eval mode, local files only) onto ``device``
-    (None: the GPU when there is one, else the CPU)."""
+    (None: the GPU when there is one, else the CPU). A folder written by :func:`lmstudy.ctrl.smol_ctrl.save_delta_model`
+    (an adapter and code rows over a fetched base) is loaded onto its base, the adapter merged."""
     if device is None:
         device = "cuda" if torch.cuda.is_available() else "cpu"
     path = Path(path)
     if not (path / CODES_FILE).is_file():
         raise FileNotFoundError(f"{path} is not a control-code model: {CODES_FILE} is missing "
                                 "(train one with lmstudy.ctrl.model.train_control_model)")
+    if (path / smol_ctrl.DELTA_RECORD).is_file():  # a LoRA + code rows delta over a fetched base (SmolLM2)
+        return ControlModel(*smol_ctrl.load_delta_model(path, device))
     info = json.loads((path / CODES_FILE).read_text(encoding="utf-8"))
     model = AutoModelForCausalLM.from_pretrained(str(path), dtype=torch.float32, local_files_only=True)
     model.to(device).eval()

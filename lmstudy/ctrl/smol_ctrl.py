@@ -1,0 +1,316 @@
+"""A control-code model as a small delta over a fetched pretrained model (issue 48: a small CTRL from SmolLM2).
+
+The idea: SmolLM2-135M (``models/smollm2``, :mod:`lmstudy.pretrained_fetch`) already writes fluent English; CTRL's
+recipe (a domain code first, then the domain's text: :mod:`lmstudy.ctrl.data`) only has to teach it the codes.
+So the trained model is kept as what changed, not as a second copy of 135M weights:
+
+- **Codes as new tokens.** The 21 codes are added to SmolLM2's tokenizer as special tokens and its embedding grows
+  by 21 rows (:func:`lmstudy.ctrl.model.pretrained_with_codes`; SmolLM2's input and output embeddings are tied,
+  so each code row is also its output row).
+- **LoRA + the code rows** (:func:`with_lora`): peft's LoRA (rank ``r``) on the attention (q/k/v/o) and MLP
+  (gate/up/down) projections, and peft's ``trainable_token_indices`` on the code ids: a trainable delta for those
+  21 rows only, added onto the frozen 49,152 x 576 embedding (and, tied, onto the output layer). Every other weight
+  is frozen. Before training the adapter is exactly zero (LoRA's B starts at zero, the token delta too): the model
+  is SmolLM2 with 21 extra tokens.
+- **Saved small** (:func:`save_delta_model`): a folder with ``adapter.safetensors`` (the LoRA matrices),
+  ``code_embeddings.safetensors`` (the code rows as trained, with their token ids), ``smol_ctrl.json`` (the base
+  model's name and its fetch hashes from ``lmstudy_fetch.json``, the LoRA settings, the codes and the tokenizer's
+  added tokens with their ids) and ``control_codes.json`` (codes + mixture, as every control-code model).
+  Safetensors only, never pickle. On SmolLM2 at rank 8: 2,442,240 LoRA parameters + 21 x 576 code rows,
+  9.8 MB in float32 (the base is 538 MB).
+- **Loaded onto the fetched base** (:func:`load_delta_model`, which :func:`lmstudy.ctrl.model.load_control_model`
+  dispatches to when ``smol_ctrl.json`` is there): the base's hashes are checked against the record, the codes
+  added with the recorded ids, the code rows written, the LoRA loaded and merged into the weights (no adapter
+  overhead at inference), giving the same :class:`~lmstudy.ctrl.model.ControlModel` as a full checkpoint.
+
+LoRA or full fine-tuning, per CPU-hour (:func:`measure_lora_vs_full`, ``figures/04_smol_ctrl_lora_vs_full.csv``;
+SmolLM2 + 21 codes, 30 steps of 4 x 256 coded tokens, 2 torch threads, bfloat16 autocast, this 2-core machine):
+
+    ====================  =========  ========  ==========  ====================  ==========================
+    method                trainable  tokens/s  s / step    train loss, last 5    loss on 4 fresh batches
+    ====================  =========  ========  ==========  ====================  ==========================
+    LoRA r=8 + code rows  2.45M      450       2.28        3.404                 3.771
+    full fine-tuning      134.5M     463       2.21        3.379                 3.747
+    LoRA, codes frozen    2.44M      596       1.72        3.414                 3.774
+    ====================  =========  ========  ==========  ====================  ==========================
+
+(an earlier run of the first two, also alone on the machine: 496 and 461 tokens/s; a run with other work beside
+it gave 236 and 359, discarded.) Per CPU-hour the two are a tie within run-to-run noise, full fine-tuning 0.025
+nats ahead after 30 steps (one seed, learning rates not tuned: 2e-3 LoRA, 1e-4 full). **Decision: LoRA + code
+rows**, because it is not slower, its result is a 9.8 MB delta where full fine-tuning's is the whole 269 MB
+(bfloat16) model (the issue's bound is 30 MB in git), and the base stays SmolLM2. Why LoRA is not faster: peft's
+``trainable_token_indices`` materialises the whole tied 49,152 x 576 matrix with the code rows swapped in, twice
+per step, and backpropagates a full gradient into it; with the codes frozen LoRA runs 1.3x faster (596 tokens/s):
+an adapter that scores the 21 code rows apart from the frozen matrix is the next speed-up to make.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import torch
+from safetensors.torch import load_file, save_file
+
+from typing import NamedTuple
+
+from lmstudy.ctrl.codes import code_token
+from lmstudy.pretrained import load_pretrained
+from lmstudy.training import count_parameters
+
+CODES_FILE = "control_codes.json"  # lmstudy.ctrl.model.CODES_FILE (model imports this module: no import back)
+DELTA_RECORD = "smol_ctrl.json"
+ADAPTER_FILE = "adapter.safetensors"
+CODE_ROWS_FILE = "code_embeddings.safetensors"
+FETCH_RECORD = "lmstudy_fetch.json"
+LLAMA_PROJECTIONS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+HASH_KEYS = ("wheel_sha256", "gguf_sha256", "parameters")
+
+
+@dataclass(frozen=True)
+class LoraSettings:
+    """peft LoRA on ``targets`` of every block (the code rows are always trainable too)."""
+
+    r: int = 8
+    alpha: int = 16
+    dropout: float = 0.0
+    targets: tuple[str, ...] = LLAMA_PROJECTIONS
+
+    def peft_config(self, code_ids: list[int] | None = None):
+        """peft's ``LoraConfig`` of these settings, with ``code_ids`` as trainable token rows (None: none)."""
+        from peft import LoraConfig
+
+        return LoraConfig(r=self.r, lora_alpha=self.alpha, lora_dropout=self.dropout,
+                          target_modules=list(self.targets), bias="none", task_type="CAUSAL_LM",
+                          trainable_token_indices=list(code_ids) if code_ids else None)
+
+
+def code_ids_of(tokenizer, codes: list[str]) -> list[int]:
+    """The token ids of ``codes`` (each one special token)."""
+    return [int(tokenizer.convert_tokens_to_ids(code_token(name))) for name in codes]
+
+
+def base_with_codes(base: str, codes: list[str]):
+    """``(model, tokenizer)``: the pretrained ``base`` (a fetched name such as ``smollm2``, or a folder) with the
+    code tokens added as special tokens and the embedding grown to match (float32, train mode): what
+    :func:`lmstudy.ctrl.model.pretrained_with_codes` does, here without importing that module."""
+    model, tokenizer, _ = load_pretrained(base)
+    tokenizer.add_special_tokens({"additional_special_tokens": [code_token(name) for name in codes]})
+    model.resize_token_embeddings(len(tokenizer))
+    return model.train(), tokenizer
+
+
+class DeltaModel(NamedTuple):
+    """A loaded delta model's parts, in :class:`lmstudy.ctrl.model.ControlModel`'s order."""
+
+    model: torch.nn.Module
+    tokenizer: object
+    codes: list[str]
+    mixture: dict[str, float]
+
+
+def with_lora(model, code_ids: list[int], settings: LoraSettings = LoraSettings()):
+    """``model`` wrapped by peft: LoRA on ``settings.targets`` plus trainable rows ``code_ids`` of the (tied)
+    embedding; nothing else trainable (module docstring)."""
+    from peft import get_peft_model
+
+    return get_peft_model(model, settings.peft_config(code_ids))
+
+
+def trainable_parameters(model) -> dict[str, int]:
+    """``{name: numel}`` of the parameters that get gradients."""
+    return {name: p.numel() for name, p in model.named_parameters() if p.requires_grad}
+
+
+def base_record(base: str) -> dict:
+    """What identifies the base: its name and, for a fetched model, the hashes of ``lmstudy_fetch.json``."""
+    from lmstudy.pretrained import resolve_pretrained
+
+    folder = resolve_pretrained(base)
+    record = {"name": base}
+    fetch_file = folder / FETCH_RECORD
+    if fetch_file.is_file():
+        fetched = json.loads(fetch_file.read_text(encoding="utf-8"))
+        record.update({key: fetched[key] for key in HASH_KEYS if key in fetched})
+    return record
+
+
+def save_delta_model(peft_model, tokenizer, base: str, codes: list[str], mixture: dict[str, float],
+                     settings: LoraSettings, path: str | Path) -> Path:
+    """Write the adapter, the code rows and the records into ``path`` (module docstring); returns ``path``."""
+    from peft import get_peft_model_state_dict
+
+    path = Path(path)
+    path.mkdir(parents=True, exist_ok=True)
+    state = get_peft_model_state_dict(peft_model)
+    lora = {key: value.detach().float().cpu().contiguous() for key, value in state.items() if "lora_" in key}
+    if not lora:
+        raise ValueError("the model has no LoRA weights: wrap it with with_lora first")
+    save_file(lora, path / ADAPTER_FILE)
+    ids = code_ids_of(tokenizer, codes)
+    with torch.no_grad():  # the rows as the model uses them (base row + trained delta)
+        embedding = peft_model.get_input_embeddings()
+        weight_device = next(peft_model.parameters()).device
+        rows = embedding(torch.tensor(ids, device=weight_device)).float().cpu().contiguous()
+    save_file({"rows": rows, "token_ids": torch.tensor(ids, dtype=torch.long)}, path / CODE_ROWS_FILE)
+    added = {token: int(index) for token, index in tokenizer.get_added_vocab().items()
+             if token in {code_token(name) for name in codes}}
+    record = {"base": base_record(base), "lora": {**asdict(settings), "targets": list(settings.targets)},
+              "codes": list(codes), "added_tokens": added, "vocab_size": len(tokenizer)}
+    (path / DELTA_RECORD).write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
+    (path / CODES_FILE).write_text(json.dumps({"codes": list(mixture), "mixture": mixture}, indent=2) + "\n",
+                                   encoding="utf-8")
+    return path
+
+
+def read_delta_record(path: str | Path) -> dict:
+    """The ``smol_ctrl.json`` record of a delta folder (base, LoRA settings, codes, added tokens)."""
+    return json.loads((Path(path) / DELTA_RECORD).read_text(encoding="utf-8"))
+
+
+def load_delta_model(path: str | Path, device: str | torch.device | None = None, base: str | None = None,
+                     merge: bool = True) -> DeltaModel:
+    """The model of a folder written by :func:`save_delta_model`: its base (``base``: another name or folder for
+    it; default the recorded one, whose fetch hashes must match the record), the codes with the recorded ids,
+    the code rows, the LoRA merged in (``merge=False``: left as a peft model, e.g. to train on). float32, eval."""
+    from peft import get_peft_model, set_peft_model_state_dict
+
+    if device is None:
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    path = Path(path)
+    record = read_delta_record(path)
+    info = json.loads((path / CODES_FILE).read_text(encoding="utf-8"))
+    base_name = base or record["base"]["name"]
+    found = base_record(base_name)
+    for key in HASH_KEYS:
+        if key in record["base"] and found.get(key) != record["base"][key]:
+            raise ValueError(f"{path} was trained on a base with {key}={record['base'][key]}, but {base_name} has "
+                             f"{found.get(key)}: fetch the recorded base (python -m lmstudy models fetch "
+                             f"{record['base']['name']})")
+    codes = list(record["codes"])
+    model, tokenizer = base_with_codes(base_name, codes)
+    got = {token: int(tokenizer.convert_tokens_to_ids(token)) for token in record["added_tokens"]}
+    if got != record["added_tokens"] or len(tokenizer) != record["vocab_size"]:
+        raise ValueError(f"the base tokenizer gives the codes other ids than at training ({got} vs "
+                         f"{record['added_tokens']}): {base_name} is not the model {path} was trained on")
+    rows = load_file(path / CODE_ROWS_FILE)
+    with torch.no_grad():
+        model.get_input_embeddings().weight[rows["token_ids"]] = rows["rows"]
+    settings = LoraSettings(**{**record["lora"], "targets": tuple(record["lora"]["targets"])})
+    peft_model = get_peft_model(model, settings.peft_config())
+    result = set_peft_model_state_dict(peft_model, load_file(path / ADAPTER_FILE))
+    missing = [key for key in result.missing_keys if "lora_" in key]
+    if missing or result.unexpected_keys:
+        raise ValueError(f"{path / ADAPTER_FILE} does not fit the base: missing {missing[:3]}, unexpected "
+                         f"{list(result.unexpected_keys)[:3]}")
+    # merged: a plain model, every weight trainable again (as load_control_model's full checkpoints are)
+    loaded = peft_model.merge_and_unload().requires_grad_(True) if merge else peft_model
+    loaded.to(device).eval()
+    return DeltaModel(loaded, tokenizer, list(info["codes"]), dict(info["mixture"]))
+
+
+def fit_delta(config, texts, run, settings: LoraSettings = LoraSettings()) -> dict:
+    """:func:`lmstudy.ctrl.model.fit` for a delta model: ``config.init_from`` (e.g. ``smollm2``) + the codes of
+    ``texts``, LoRA + code rows (:func:`with_lora`), trained by the shared loop (``training.train_and_restore``) on
+    the coded mixture (``data.MixtureTask``); saves :func:`save_delta_model` into ``run.path/"model"``."""
+    from lmstudy.ctrl.data import build_task
+    from lmstudy.training import train_and_restore
+
+    if not config.init_from:
+        raise ValueError("a delta model starts from a pretrained model: set init_from (e.g. smollm2)")
+    model, tokenizer = base_with_codes(config.init_from, texts.codes)
+    peft_model = with_lora(model, code_ids_of(tokenizer, texts.codes), settings)
+    task = build_task(texts, tokenizer, config.batch_size, config.seq_len, config.mixture, seed=config.seed)
+    metrics = train_and_restore(peft_model, task, config.train_config(), run)
+    save_delta_model(peft_model, tokenizer, config.init_from, texts.codes, task.weights, settings,
+                     run.path / "model")
+    return {**metrics, "trainable_parameters": sum(trainable_parameters(peft_model).values()),
+            "train_tokens": {name: int(ids.numel()) for name, ids in task.train_streams.items()},
+            "mixture": task.weights}
+
+
+def folder_bytes(path: str | Path) -> int:
+    """Bytes of every file under ``path``."""
+    return sum(p.stat().st_size for p in Path(path).rglob("*") if p.is_file())
+
+
+# --------------------------------------------------------------------------------------------
+# LoRA vs full fine-tuning, per CPU-hour
+
+
+def measure_lora_vs_full(base: str = "smollm2", steps: int = 30, batch_size: int = 4, seq_len: int = 256,
+                         threads: int = 2, lr_lora: float = 2e-3, lr_full: float = 1e-4, train_docs: int = 30,
+                         out: str | Path | None = "figures/04_smol_ctrl_lora_vs_full.csv",
+                         methods: tuple[str, ...] = ("lora", "full", "lora_frozen_codes")):
+    """Train LoRA (+ code rows) and full fine-tuning of ``base`` + the 21 codes for ``steps`` steps each on the
+    same coded batches (:class:`lmstudy.ctrl.data.MixtureTask`, uniform mixture, seed 0) and time them; bfloat16
+    autocast where the CPU computes in it natively (:func:`lmstudy.weights_precision.native_bfloat16`), else
+    float32. Returns (and writes to ``out``) one row per method: tokens/s (steps 3 on), the mean training loss of
+    the first and last 5 steps, and the loss after training on 4 further batches drawn from the same training
+    streams (epoch 1 of the task: not held out). ``methods``: ``lora`` (LoRA + code rows), ``full``, and the
+    diagnostic ``lora_frozen_codes`` (LoRA alone: what the code-row adapter on the tied 49k-row head costs).
+
+        flock /tmp/lmstudy-heavy.lock .venv/bin/python -c \\
+            "from lmstudy.ctrl.smol_ctrl import measure_lora_vs_full; print(measure_lora_vs_full())"
+    """
+    import pandas as pd
+
+    from lmstudy.ctrl.data import MixtureConfig, build_task, load_coded_texts
+    from lmstudy.lm_batches import lm_loss
+    from lmstudy.training import adamw
+    from lmstudy.weights_precision import native_bfloat16
+
+    torch.set_num_threads(threads)
+    texts = load_coded_texts(MixtureConfig(train_docs=train_docs, eval_docs=2, max_doc_chars=3000))
+    bf16 = native_bfloat16()
+    rows = []
+    for method in methods:
+        model, tokenizer = base_with_codes(base, texts.codes)
+        task = build_task(texts, tokenizer, batch_size, seq_len, seed=0)
+        batches = list(zip(range(steps), task.batches(0)))
+        probe = [batch for _, batch in zip(range(4), task.batches(1))]
+        ids = code_ids_of(tokenizer, texts.codes)
+        if method in ("lora", "lora_frozen_codes"):
+            model, lr = with_lora(model, ids if method == "lora" else []), lr_lora
+        elif method == "full":
+            lr = lr_full
+        else:
+            raise ValueError(f"unknown method {method!r}: lora, full or lora_frozen_codes")
+        model.train()
+        params = [p for p in model.parameters() if p.requires_grad]
+        optimizer = adamw(params, lr=lr)
+        losses, seconds = [], []
+        for _, (x, y) in batches:
+            start = time.perf_counter()
+            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+                loss = lm_loss(model, x, y)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(params, 1.0)
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+            seconds.append(time.perf_counter() - start)
+            losses.append(loss.item())
+        model.eval()
+        with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+            after = sum(float(lm_loss(model, x, y)) for x, y in probe) / len(probe)
+        timed = seconds[2:]  # the first steps warm up the allocator and kernels
+        rows.append({"method": method, "trainable_parameters": sum(p.numel() for p in params),
+                     "parameters": count_parameters(model), "steps": steps, "batch_size": batch_size,
+                     "seq_len": seq_len, "threads": threads, "autocast": "bf16" if bf16 else "no", "lr": lr,
+                     "tokens_per_s": round(batch_size * seq_len * len(timed) / sum(timed), 1),
+                     "s_per_step": round(sum(timed) / len(timed), 3),
+                     "loss_first5": round(sum(losses[:5]) / 5, 4), "loss_last5": round(sum(losses[-5:]) / 5, 4),
+                     "loss_after_4_new_batches": round(after, 4)})
+        del model, optimizer
+    table = pd.DataFrame(rows)
+    if out:
+        Path(out).parent.mkdir(parents=True, exist_ok=True)
+        table.to_csv(out, index=False)
+    return table
+
+
+__all__ = ["ADAPTER_FILE", "CODES_FILE", "CODE_ROWS_FILE", "DELTA_RECORD", "DeltaModel", "LLAMA_PROJECTIONS", "LoraSettings", "base_record",
+           "base_with_codes", "code_ids_of", "fit_delta", "folder_bytes", "load_delta_model", "measure_lora_vs_full",
+           "read_delta_record", "save_delta_model", "trainable_parameters", "with_lora"]
