@@ -46,9 +46,9 @@ from pathlib import Path
 import pandas as pd
 
 from lmstudy.ctrl.attribution import attribution_table
-from lmstudy.ctrl.codes import CODE_PREFIX, CODE_SUFFIX, CODES, code_texts
+from lmstudy.ctrl.codes import CODE_PREFIX, CODE_SUFFIX, CODES, CODES_FILE, code_texts, with_codes
 from lmstudy.ctrl.data import CodedTexts, build_task, code_id, code_stream_loss, encode_stream
-from lmstudy.ctrl.model import CODES_FILE, load_control_model, pretrained_with_codes, save_control_model, with_codes
+from lmstudy.ctrl.model import load_control_model, pretrained_with_codes, save_control_model
 from lmstudy.ctrl.smol_ctrl import DELTA_RECORD
 from lmstudy.runs import Run, replace_folder
 from lmstudy.training import TrainConfig, train_and_restore

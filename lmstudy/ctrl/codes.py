@@ -75,10 +75,12 @@ the text itself (their Table 7): ``Reviews Rating: 5.0``, ``Links Title: ... Tex
 
 from __future__ import annotations
 
+import json
 import math
 import re
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
+from pathlib import Path
 
 from lmstudy.data.documents import Document
 
@@ -340,6 +342,25 @@ def code_texts(name: str, part: str, limit: int | None = None) -> list[str]:
     return [format_text(code, document) for document in code_documents(name, part, limit)]
 
 
-__all__ = ["CODES", "ControlCode", "SECONDARY_FORMS", "SUBREDDITS", "check_secondary", "code_documents", "code_name",
+# --- a control-code model's codes: the tokens and the record every such folder carries ---------------------------
+
+CODES_FILE = "control_codes.json"  # in every control-code model folder: the codes and the training mixture
+
+
+def write_code_record(path: Path, mixture: dict[str, float]) -> None:
+    """Write ``control_codes.json`` into the model folder ``path``: the codes (the mixture's keys) and the mixture."""
+    (path / CODES_FILE).write_text(json.dumps({"codes": list(mixture), "mixture": mixture}, indent=2) + "\n",
+                                   encoding="utf-8")
+
+
+def with_codes(model, tokenizer, codes: list[str]):
+    """``(model, tokenizer)`` with the code tokens added to the tokenizer as special tokens and the embedding
+    matrix grown to match (changes both in place; the model in train mode)."""
+    tokenizer.add_special_tokens({"additional_special_tokens": [code_token(name) for name in codes]})
+    model.resize_token_embeddings(len(tokenizer))
+    return model.train(), tokenizer
+
+
+__all__ = ["CODES", "CODES_FILE", "ControlCode", "SECONDARY_FORMS", "SUBREDDITS", "check_secondary", "code_documents", "code_name",
            "code_texts", "code_token", "format_document", "format_text", "get_code", "link_url", "rating_level",
-           "secondary_kind", "template_owners"]
+           "secondary_kind", "template_owners", "with_codes", "write_code_record"]

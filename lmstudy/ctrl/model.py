@@ -39,7 +39,7 @@ from transformers import AutoModelForCausalLM, GPT2Config, GPT2LMHeadModel
 from lmstudy import hf_export
 from lmstudy.base import StudyBase, loaded_study_base
 from lmstudy.ctrl import smol_ctrl
-from lmstudy.ctrl.codes import code_token
+from lmstudy.ctrl.codes import CODES_FILE, with_codes, write_code_record
 from lmstudy.ctrl.data import CodedTexts, MixtureConfig, build_task, build_tokenizer, load_coded_texts
 from lmstudy.pretrained import load_pretrained
 from lmstudy.runs import Run, cached, get_run, read_log_records
@@ -48,7 +48,6 @@ from lmstudy.tokenization import load_tokenizer
 from lmstudy.training import TrainConfig, count_parameters, train_and_restore
 
 STUDY = "04_control_codes"
-CODES_FILE = "control_codes.json"
 ARMS = ("from_base", "scratch")  # fine-tuned from the base / the base's architecture and tokenizer, random weights
 # Keys of the study's presets that are not part of a run (the notebook's): which arms to train, the scratch arm's
 # learning rate (``lr`` is the from_base arm's; see arm_config), and the evaluation's generation length and seeds.
@@ -185,14 +184,6 @@ def build_model(config: ControlConfig, tokenizer) -> GPT2LMHeadModel:
     ))
 
 
-def with_codes(model, tokenizer, codes: list[str]):
-    """``(model, tokenizer)`` with the code tokens added to the tokenizer as special tokens and the embedding
-    matrix grown to match (changes both in place)."""
-    tokenizer.add_special_tokens({"additional_special_tokens": [code_token(name) for name in codes]})
-    model.resize_token_embeddings(len(tokenizer))
-    return model.train(), tokenizer
-
-
 def pretrained_with_codes(init_from: str, codes: list[str]):
     """(model, tokenizer) of a causal-LM checkpoint (a local folder or a cached hub id:
     :func:`lmstudy.pretrained.load_pretrained`), with the code tokens added as special tokens."""
@@ -246,8 +237,7 @@ def save_control_model(model, tokenizer, mixture: dict[str, float], path: str | 
     """``save_pretrained`` the model and tokenizer into ``path`` (:func:`lmstudy.hf_export.save_folder`; ``dtype``:
     a half-size copy for a committed checkpoint, the caller's model is kept) + ``control_codes.json``."""
     path = hf_export.save_folder(model, tokenizer, path, dtype)
-    (path / CODES_FILE).write_text(json.dumps({"codes": list(mixture), "mixture": mixture}, indent=2) + "\n",
-                                   encoding="utf-8")
+    write_code_record(path, mixture)
     return path
 
 
@@ -367,7 +357,7 @@ def exported_arm(path: str | Path) -> dict[str, TrainedArm]:
     return {config.arm: TrainedArm(config, Path(path), metrics, log)}
 
 
-__all__ = ["ARMS", "NOTEBOOK_KEYS", "CODES_FILE", "STUDY", "ControlConfig", "ControlModel", "TrainedArm",
+__all__ = ["ARMS", "NOTEBOOK_KEYS", "STUDY", "ControlConfig", "ControlModel", "TrainedArm",
            "arm_config", "arm_configs", "base_with_codes", "build_model", "control_run", "export_model",
            "exported_arm", "fit", "load_control_model", "pretrained_with_codes", "read_run_record", "run_identity",
-           "save_control_model", "scale_config", "train_arms", "train_control_model", "with_codes"]
+           "save_control_model", "scale_config", "train_arms", "train_control_model"]

@@ -73,9 +73,9 @@ import pandas as pd
 import torch
 
 from lmstudy.ctrl.attribution import attribute, posterior
-from lmstudy.ctrl.codes import code_name, get_code
+from lmstudy.ctrl.codes import CODES_FILE, code_name, get_code
 from lmstudy.ctrl.generation import code_prefix, context_length, stream_rows
-from lmstudy.ctrl.model import CODES_FILE, STUDY, load_control_model
+from lmstudy.ctrl.model import STUDY, load_control_model
 from lmstudy.ctrl.sampling import PENALTIES, SamplingConfig
 from lmstudy.paths import REPO_ROOT, models_dir, runs_dir
 from lmstudy.pretrained import load_pretrained

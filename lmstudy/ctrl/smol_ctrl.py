@@ -56,11 +56,10 @@ from safetensors.torch import load_file, save_file
 
 from typing import NamedTuple
 
-from lmstudy.ctrl.codes import code_token
+from lmstudy.ctrl.codes import CODES_FILE, code_token, with_codes, write_code_record
 from lmstudy.pretrained import load_pretrained
 from lmstudy.training import count_parameters
 
-CODES_FILE = "control_codes.json"  # lmstudy.ctrl.model.CODES_FILE (model imports this module: no import back)
 DELTA_RECORD = "smol_ctrl.json"
 ADAPTER_FILE = "adapter.safetensors"
 CODE_ROWS_FILE = "code_embeddings.safetensors"
@@ -94,12 +93,9 @@ def code_ids_of(tokenizer, codes: list[str]) -> list[int]:
 
 def base_with_codes(base: str, codes: list[str]):
     """``(model, tokenizer)``: the pretrained ``base`` (a fetched name such as ``smollm2``, or a folder) with the
-    code tokens added as special tokens and the embedding grown to match (float32, train mode): what
-    :func:`lmstudy.ctrl.model.pretrained_with_codes` does, here without importing that module."""
+    code tokens added as special tokens and the embedding grown to match (float32, train mode)."""
     model, tokenizer, _ = load_pretrained(base)
-    tokenizer.add_special_tokens({"additional_special_tokens": [code_token(name) for name in codes]})
-    model.resize_token_embeddings(len(tokenizer))
-    return model.train(), tokenizer
+    return with_codes(model, tokenizer, codes)
 
 
 class DeltaModel(NamedTuple):
@@ -160,8 +156,7 @@ def save_delta_model(peft_model, tokenizer, base: str, codes: list[str], mixture
     record = {"base": base_record(base), "lora": {**asdict(settings), "targets": list(settings.targets)},
               "codes": list(codes), "added_tokens": added, "vocab_size": len(tokenizer)}
     (path / DELTA_RECORD).write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
-    (path / CODES_FILE).write_text(json.dumps({"codes": list(mixture), "mixture": mixture}, indent=2) + "\n",
-                                   encoding="utf-8")
+    write_code_record(path, mixture)
     return path
 
 
@@ -311,6 +306,6 @@ def measure_lora_vs_full(base: str = "smollm2", steps: int = 30, batch_size: int
     return table
 
 
-__all__ = ["ADAPTER_FILE", "CODES_FILE", "CODE_ROWS_FILE", "DELTA_RECORD", "DeltaModel", "LLAMA_PROJECTIONS", "LoraSettings", "base_record",
+__all__ = ["ADAPTER_FILE", "CODE_ROWS_FILE", "DELTA_RECORD", "DeltaModel", "LLAMA_PROJECTIONS", "LoraSettings", "base_record",
            "base_with_codes", "code_ids_of", "fit_delta", "folder_bytes", "load_delta_model", "measure_lora_vs_full",
            "read_delta_record", "save_delta_model", "trainable_parameters", "with_lora"]
