@@ -10,7 +10,6 @@ from pathlib import Path
 
 import pytest
 import torch
-from transformers import AutoTokenizer
 
 pytest.importorskip("peft")
 
@@ -18,20 +17,17 @@ from lmstudy.ctrl import smol_ctrl  # noqa: E402
 from lmstudy.ctrl.data import CodedTexts, build_task  # noqa: E402
 from lmstudy.ctrl.model import ControlConfig, ControlModel, load_control_model  # noqa: E402
 from lmstudy.runs import Run  # noqa: E402
-from test_smollm2 import BASE_TOKENIZER, tiny_llama  # noqa: E402
+from test_smollm2 import tiny_llama_folder  # noqa: E402,F401  (a fixture)
 
 CODES = ["Wikipedia", "Books", "Reviews"]
 FAKE_FETCH = {"name": "tiny", "wheel_sha256": "a" * 64, "gguf_sha256": "b" * 64, "parameters": 1234}
 
 
 @pytest.fixture
-def base_folder(tmp_path) -> Path:
-    tokenizer = AutoTokenizer.from_pretrained(BASE_TOKENIZER)
-    folder = tmp_path / "tiny-base"
-    tiny_llama(len(tokenizer)).save_pretrained(folder)
-    tokenizer.save_pretrained(folder)
-    (folder / smol_ctrl.FETCH_RECORD).write_text(json.dumps(FAKE_FETCH))
-    return folder
+def base_folder(tiny_llama_folder) -> Path:
+    """The tiny Llama folder as if fetched: with a fetch record (the hashes the delta model is bound to)."""
+    (tiny_llama_folder / smol_ctrl.FETCH_RECORD).write_text(json.dumps(FAKE_FETCH))
+    return tiny_llama_folder
 
 
 def _texts() -> CodedTexts:
