@@ -5,7 +5,7 @@ recipe (a domain code first, then the domain's text: :mod:`lmstudy.ctrl.data`) o
 So the trained model is kept as what changed, not as a second copy of 135M weights:
 
 - **Codes as new tokens.** The 21 codes are added to SmolLM2's tokenizer as special tokens and its embedding grows
-  by 21 rows (:func:`lmstudy.ctrl.model.pretrained_with_codes`; SmolLM2's input and output embeddings are tied,
+  by 21 rows (:func:`lmstudy.ctrl.codes.with_codes`; SmolLM2's input and output embeddings are tied,
   so each code row is also its output row).
 - **LoRA + the code rows** (:func:`with_lora`): peft's LoRA (rank ``r``) on the attention (q/k/v/o) and MLP
   (gate/up/down) projections, and peft's ``trainable_token_indices`` on the code ids: a trainable delta for those
