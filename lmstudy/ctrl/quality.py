@@ -30,8 +30,8 @@ such table) and writes:
   *training* reviews, ratings 4-5 against 1-2: real text, never generated text). One row per (prompt, seed)
   (``kind = generation``).
 
-Both commands run on the CPU in a few minutes (the demo model has 3M parameters, the judge 135M). Run them
-under ``flock /tmp/lmstudy-heavy.lock`` on a shared machine.
+Both commands run on the CPU in a few minutes (the demo model has 3M parameters, the judge 135M); time them alone
+on the machine (two torch jobs on two cores slow each other many times over).
 """
 
 from __future__ import annotations

@@ -247,7 +247,7 @@ def measure_lora_vs_full(base: str = "smollm2", steps: int = 30, batch_size: int
     streams (epoch 1 of the task: not held out). ``methods``: ``lora`` (LoRA + code rows), ``full``, and the
     diagnostic ``lora_frozen_codes`` (LoRA alone: what the code-row adapter on the tied 49k-row head costs).
 
-        flock /tmp/lmstudy-heavy.lock .venv/bin/python -c \\
+        .venv/bin/python -c \\
             "from lmstudy.ctrl.smol_ctrl import measure_lora_vs_full; print(measure_lora_vs_full())"
     """
     import pandas as pd
