@@ -23,7 +23,7 @@ So the trained model is kept as what changed, not as a second copy of 135M weigh
   added with the recorded ids, the code rows written, the LoRA loaded and merged into the weights (no adapter
   overhead at inference), giving the same :class:`~lmstudy.ctrl.model.ControlModel` as a full checkpoint.
 
-LoRA or full fine-tuning, per CPU-hour (:func:`measure_lora_vs_full`, ``figures/04_smol_ctrl_lora_vs_full.csv``;
+LoRA or full fine-tuning, per CPU-hour (``benchmarks/bench_smol_ctrl.py``, ``figures/04_smol_ctrl_lora_vs_full.csv``;
 SmolLM2 + 21 codes, 30 steps of 4 x 256 coded tokens, 2 torch threads, bfloat16 autocast, this 2-core machine):
 
     ====================  =========  ========  ==========  ====================  ==========================
@@ -47,7 +47,6 @@ an adapter that scores the 21 code rows apart from the frozen matrix is the next
 from __future__ import annotations
 
 import json
-import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -58,7 +57,6 @@ from typing import NamedTuple
 
 from lmstudy.ctrl.codes import CODES_FILE, code_token, with_codes, write_code_record
 from lmstudy.pretrained import load_pretrained
-from lmstudy.training import count_parameters
 
 DELTA_RECORD = "smol_ctrl.json"
 ADAPTER_FILE = "adapter.safetensors"
@@ -226,86 +224,6 @@ def fit_delta(config, texts, run, settings: LoraSettings = LoraSettings()) -> di
             "mixture": task.weights}
 
 
-def folder_bytes(path: str | Path) -> int:
-    """Bytes of every file under ``path``."""
-    return sum(p.stat().st_size for p in Path(path).rglob("*") if p.is_file())
-
-
-# --------------------------------------------------------------------------------------------
-# LoRA vs full fine-tuning, per CPU-hour
-
-
-def measure_lora_vs_full(base: str = "smollm2", steps: int = 30, batch_size: int = 4, seq_len: int = 256,
-                         threads: int = 2, lr_lora: float = 2e-3, lr_full: float = 1e-4, train_docs: int = 30,
-                         out: str | Path | None = "figures/04_smol_ctrl_lora_vs_full.csv",
-                         methods: tuple[str, ...] = ("lora", "full", "lora_frozen_codes")):
-    """Train LoRA (+ code rows) and full fine-tuning of ``base`` + the 21 codes for ``steps`` steps each on the
-    same coded batches (:class:`lmstudy.ctrl.data.MixtureTask`, uniform mixture, seed 0) and time them; bfloat16
-    autocast where the CPU computes in it natively (:func:`lmstudy.weights_precision.native_bfloat16`), else
-    float32. Returns (and writes to ``out``) one row per method: tokens/s (steps 3 on), the mean training loss of
-    the first and last 5 steps, and the loss after training on 4 further batches drawn from the same training
-    streams (epoch 1 of the task: not held out). ``methods``: ``lora`` (LoRA + code rows), ``full``, and the
-    diagnostic ``lora_frozen_codes`` (LoRA alone: what the code-row adapter on the tied 49k-row head costs).
-
-        .venv/bin/python -c \\
-            "from lmstudy.ctrl.smol_ctrl import measure_lora_vs_full; print(measure_lora_vs_full())"
-    """
-    import pandas as pd
-
-    from lmstudy.ctrl.data import MixtureConfig, build_task, load_coded_texts
-    from lmstudy.lm_batches import lm_loss
-    from lmstudy.training import adamw
-    from lmstudy.weights_precision import native_bfloat16
-
-    torch.set_num_threads(threads)
-    texts = load_coded_texts(MixtureConfig(train_docs=train_docs, eval_docs=2, max_doc_chars=3000))
-    bf16 = native_bfloat16()
-    rows = []
-    for method in methods:
-        model, tokenizer = base_with_codes(base, texts.codes)
-        task = build_task(texts, tokenizer, batch_size, seq_len, seed=0)
-        batches = list(zip(range(steps), task.batches(0)))
-        probe = [batch for _, batch in zip(range(4), task.batches(1))]
-        ids = code_ids_of(tokenizer, texts.codes)
-        if method in ("lora", "lora_frozen_codes"):
-            model, lr = with_lora(model, ids if method == "lora" else []), lr_lora
-        elif method == "full":
-            lr = lr_full
-        else:
-            raise ValueError(f"unknown method {method!r}: lora, full or lora_frozen_codes")
-        model.train()
-        params = [p for p in model.parameters() if p.requires_grad]
-        optimizer = adamw(params, lr=lr)
-        losses, seconds = [], []
-        for _, (x, y) in batches:
-            start = time.perf_counter()
-            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
-                loss = lm_loss(model, x, y)
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(params, 1.0)
-            optimizer.step()
-            optimizer.zero_grad(set_to_none=True)
-            seconds.append(time.perf_counter() - start)
-            losses.append(loss.item())
-        model.eval()
-        with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
-            after = sum(float(lm_loss(model, x, y)) for x, y in probe) / len(probe)
-        timed = seconds[2:]  # the first steps warm up the allocator and kernels
-        rows.append({"method": method, "trainable_parameters": sum(p.numel() for p in params),
-                     "parameters": count_parameters(model), "steps": steps, "batch_size": batch_size,
-                     "seq_len": seq_len, "threads": threads, "autocast": "bf16" if bf16 else "no", "lr": lr,
-                     "tokens_per_s": round(batch_size * seq_len * len(timed) / sum(timed), 1),
-                     "s_per_step": round(sum(timed) / len(timed), 3),
-                     "loss_first5": round(sum(losses[:5]) / 5, 4), "loss_last5": round(sum(losses[-5:]) / 5, 4),
-                     "loss_after_4_new_batches": round(after, 4)})
-        del model, optimizer
-    table = pd.DataFrame(rows)
-    if out:
-        Path(out).parent.mkdir(parents=True, exist_ok=True)
-        table.to_csv(out, index=False)
-    return table
-
-
 __all__ = ["ADAPTER_FILE", "CODE_ROWS_FILE", "DELTA_RECORD", "DeltaModel", "LLAMA_PROJECTIONS", "LoraSettings", "base_record",
-           "base_with_codes", "code_ids_of", "fit_delta", "folder_bytes", "load_delta_model", "measure_lora_vs_full",
-           "read_delta_record", "save_delta_model", "trainable_parameters", "with_lora"]
+           "base_with_codes", "code_ids_of", "fit_delta", "load_delta_model", "read_delta_record",
+           "save_delta_model", "trainable_parameters", "with_lora"]
