@@ -47,7 +47,7 @@ from lmstudy.ctrl.codes import code_documents, rating_level
 from lmstudy.ctrl.data import code_id
 from lmstudy.ctrl.generation import generate_codes
 from lmstudy.ctrl.sampling import SamplingConfig
-from lmstudy.ctrl.study import NEUTRAL_PROMPTS, repetition_sweep, train_domain_classifier
+from lmstudy.ctrl.study import NEUTRAL_PROMPTS, continuation_loss, repetition_sweep, train_domain_classifier
 
 DEMO_MODEL = "models/ctrl-demo"
 JUDGE = "smollm2"
@@ -129,18 +129,6 @@ def rated_reviews(part: str, limit: int | None = None) -> list[tuple[float, str]
             for document in code_documents("Reviews", part, limit) if document.meta.get("rating")]
 
 
-@torch.no_grad()
-def _text_loss(model, prefix: Sequence[int], text_ids: Sequence[int]) -> float:
-    """Mean -log p(text | prefix) in nats a token, the text cut to the model's context."""
-    limit = getattr(model.config, "n_positions", None) or len(prefix) + len(text_ids)
-    text_ids = list(text_ids)[: limit - len(prefix)]
-    device = next(model.parameters()).device
-    ids = torch.tensor([list(prefix) + text_ids], device=device)
-    log_probs = torch.log_softmax(model(input_ids=ids[:, :-1]).logits.float(), dim=-1)
-    picked = log_probs[0, len(prefix) - 1:, :].gather(1, ids[0, len(prefix):].unsqueeze(-1))
-    return float(-picked.mean())
-
-
 def rating_likelihood(model, tokenizer, reviews: Sequence[tuple[float, str]]) -> pd.DataFrame:
     """One row per review: its rating, the opposite rating (:data:`OPPOSITE_RATING`), the review's token count
     and its mean loss after ``<|Reviews|>Rating: r`` with its own rating and with the opposite one."""
@@ -151,7 +139,7 @@ def rating_likelihood(model, tokenizer, reviews: Sequence[tuple[float, str]]) ->
         losses = {}
         for side, level in (("right", rating), ("opposite", OPPOSITE_RATING[rating])):
             prefix = [reviews_id] + tokenizer(f"Rating: {level:.1f}", add_special_tokens=False)["input_ids"]
-            losses[side] = _text_loss(model, prefix, text_ids)
+            losses[side] = continuation_loss(model, prefix, text_ids)
         rows.append({"kind": "likelihood", "item": index, "rating": rating, "opposite": OPPOSITE_RATING[rating],
                      "tokens": len(text_ids), "loss_right": losses["right"], "loss_opposite": losses["opposite"]})
     return pd.DataFrame(rows)

@@ -246,16 +246,20 @@ def decoding_settings(thetas: Sequence[float] = (1.0, 1.1, 1.2, 1.3, 1.5), hf_th
 
 
 @torch.no_grad()
-def _continuation_perplexity(model, prefix: Sequence[int], continuation: Sequence[int]) -> float:
-    """exp(mean -log p(continuation | code + prompt)) under the model, no penalty."""
+def continuation_loss(model, prefix: Sequence[int], continuation: Sequence[int]) -> float:
+    """Mean -log p(continuation | prefix) in nats a token under the model, no penalty; the continuation cut to the
+    model's context (GPT-2's ``n_positions``); NaN when it is empty."""
+    limit = getattr(model.config, "n_positions", None) or len(prefix) + len(continuation)
+    continuation = list(continuation)[: limit - len(prefix)]
     if not continuation:
         return float("nan")
     device = next(model.parameters()).device
-    ids = torch.tensor([list(prefix) + list(continuation)], device=device)  # (1, L)
+    ids = torch.tensor([list(prefix) + continuation], device=device)  # (1, L)
     log_probs = torch.log_softmax(model(input_ids=ids[:, :-1]).logits.float(), dim=-1)  # (1, L-1, V)
     targets = ids[:, len(prefix):]  # (1, n)
     picked = log_probs[:, len(prefix) - 1:, :].gather(2, targets.unsqueeze(-1)).squeeze(-1)  # (1, n)
-    return math.exp(-picked.mean().item())
+    return float(-picked.mean())
+
 
 
 def neutral_prompts(count: int = 0) -> tuple[str, ...]:
@@ -281,7 +285,7 @@ def repetition_sweep(model, tokenizer, codes: Sequence[str], prompts: Sequence[s
                 prefix = [code_id(tokenizer, g.code)] + prompt_ids
                 rows.append({"setting": name, "prompt": prompt, "code": g.code, "continuation": g.text,
                              "tokens": len(g.token_ids), **repetition_stats(g.token_ids),
-                             "perplexity": _continuation_perplexity(model, prefix, g.token_ids)})
+                             "perplexity": math.exp(continuation_loss(model, prefix, g.token_ids))})
     return pd.DataFrame(rows)
 
 
@@ -397,6 +401,6 @@ def arms_loss_plot(logs: Mapping[str, Sequence[dict]], title: str = "") -> plt.F
 
 __all__ = ["EMPTY", "NEUTRAL_PROMPTS", "PAPER_THETA", "PROBE_STATEMENTS", "arms_loss_plot", "arms_table",
            "attribution_examples", "attribution_summary", "better_arm", "by_arm", "code_perplexity_table",
-           "confusion_heatmap", "confusion_matrix", "control_run", "controllability", "decoding_settings",
+           "confusion_heatmap", "confusion_matrix", "continuation_loss", "control_run", "controllability", "decoding_settings",
            "repetition_plot", "repetition_stats", "repetition_summary", "repetition_sweep", "side_by_side",
            "train_domain_classifier"]
