@@ -250,14 +250,38 @@ def _rnn_weights_apart(model: torch.nn.Module):
             rnn.flatten_parameters()
 
 
+def _adapter_only(model: torch.nn.Module) -> bool:
+    """Whether ``model`` is a frozen base plus an adapter (a peft model): its weight files then hold the trainable
+    tensors alone (the base is rebuilt from its own source at every load; on SmolLM2 + LoRA r8: 2.5M of 137M
+    parameters, 10 MB instead of 523 MB a checkpoint, so an unfinished run can be archived and committed)."""
+    return getattr(model, "peft_config", None) is not None
+
+
+def _trainable(model: torch.nn.Module) -> dict[str, torch.Tensor]:
+    return {name: p for name, p in model.named_parameters() if p.requires_grad}
+
+
 def save_model_file(model: torch.nn.Module, path: Path, metadata: dict[str, str] | None = None) -> None:
-    """``safetensors.torch.save_model`` (tied weights stored once, no pickle), for RNNs on a GPU too."""
+    """``safetensors.torch.save_model`` (tied weights stored once, no pickle), for RNNs on a GPU too; an adapter
+    model's trainable tensors alone (:func:`_adapter_only`)."""
+    if _adapter_only(model):
+        tensors = {name: p.detach().contiguous() for name, p in _trainable(model).items()}
+        save_file(tensors, str(path), metadata=metadata)
+        return
     with _rnn_weights_apart(model):
         save_model(model, str(path), metadata=metadata)
 
 
 def load_model_file(model: torch.nn.Module, path: Path) -> None:
-    """``safetensors.torch.load_model`` (strict: every tensor present, none left over), for RNNs on a GPU too."""
+    """``safetensors.torch.load_model`` (strict: every tensor present, none left over), for RNNs on a GPU too; an
+    adapter model's trainable tensors alone, also strictly."""
+    if _adapter_only(model):
+        tensors, expected = load_file(str(path)), set(_trainable(model))
+        if set(tensors) != expected:
+            raise ValueError(f"{path} does not hold this adapter model's trainable tensors: missing "
+                             f"{sorted(expected - set(tensors))[:3]}, unexpected {sorted(set(tensors) - expected)[:3]}")
+        model.load_state_dict(tensors, strict=False)
+        return
     with _rnn_weights_apart(model):
         load_model(model, str(path))
 

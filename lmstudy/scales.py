@@ -277,6 +277,29 @@ PRESETS: dict[str, dict[str, dict]] = {
     },
 }
 
+# Study 04 on SmolLM2 (issue 48; lmstudy.ctrl.smol_ctrl, `python -m lmstudy ctrl train-smol`): the fetched
+# SmolLM2-135M + the 21 codes, a LoRA (rank lora_r) + the code rows trained on the same 21-domain mixture as the
+# study's cpu preset, one arm (from_base: SmolLM2 from random weights is no CPU run), one run per seed in
+# ``seeds`` (verdicts that rest on training need three). cpu: 500 steps x 8 x 256 = 1.02M coded tokens a seed,
+# about 40 minutes on the 2-core machine under bf16 autocast (the LoRA-vs-full benchmark's 450-500 tokens/s), so
+# the three seeds fit the 2.5 h of a cpu run; lr 2e-3 is the benchmark's LoRA rate. eval_docs=3: the training
+# loop's held-out check only (fp32 SmolLM2 forward passes over 21 codes cost ~1.5 min each); the study's
+# evaluation reads its own 20 documents a code. The keys are ControlConfig fields plus ``seeds``.
+SMOLLM2_CTRL: dict[str, dict] = {
+    # Seconds: four codes, a few short documents, 4 steps of 2 x 64 (SmolLM2 itself must be fetched).
+    "smoke": dict(codes=["Wikipedia", "Books", "Reviews", "News"], train_docs=6, eval_docs=2, max_doc_chars=1000,
+                  mixture="uniform", seq_len=64, init_from="smollm2", base_scale="", lora_r=8, batch_size=2,
+                  max_steps=4, eval_every=2, lr=2e-3, warmup_steps=0, lr_schedule="constant", mixed_precision="no",
+                  seeds=[0]),
+    "cpu": dict(codes=[], train_docs=1000, eval_docs=3, max_doc_chars=3000, mixture="uniform", seq_len=256,
+                init_from="smollm2", base_scale="", lora_r=8, batch_size=8, max_steps=500, eval_every=250, lr=2e-3,
+                warmup_steps=25, lr_schedule="cosine", mixed_precision="bf16", seeds=[0, 1, 2]),
+    # A GPU box: the same recipe, 6x the tokens a seed (3,000 steps x 8 x 256), the full 20 documents checked.
+    "paper": dict(codes=[], train_docs=0, eval_docs=20, max_doc_chars=3000, mixture="uniform", seq_len=256,
+                  init_from="smollm2", base_scale="", lora_r=8, batch_size=8, max_steps=3000, eval_every=500,
+                  lr=2e-3, warmup_steps=100, lr_schedule="cosine", mixed_precision="bf16", seeds=[0, 1, 2]),
+}
+
 # Notebook parameters that are not sizes, the same at every scale (their default in the parameters cell): notebook
 # 04 evaluates an exported model instead of training when given one (checkpoint), and its repetition sweep
 # continues every neutral prompt unless told fewer (sweep_prompts; the paper dry run uses one).

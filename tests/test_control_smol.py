@@ -172,3 +172,43 @@ def test_add_codes_extends_a_delta_model(base_folder, tmp_path):
     extended = load_control_model(tmp_path / "out", device="cpu")
     assert extended.codes == [*CODES, "Music"]
     assert extended.tokenizer.convert_tokens_to_ids("<|Music|>") == len(tokenizer)  # old ids kept, one new
+
+
+def test_an_adapter_checkpoint_holds_the_trainable_tensors_alone_and_loads_back(base_folder, tmp_path):
+    from safetensors.torch import load_file
+
+    from lmstudy.checkpoints import load_model_file, save_model_file
+
+    peft_model, tokenizer = _peft(base_folder)
+    _randomise_adapter(peft_model)
+    save_model_file(peft_model, tmp_path / "model.safetensors")
+    saved = load_file(str(tmp_path / "model.safetensors"))
+    assert set(saved) == set(smol_ctrl.trainable_parameters(peft_model))  # no frozen base weight in the file
+    fresh, _ = _peft(base_folder)
+    ids = torch.tensor([[smol_ctrl.code_ids_of(tokenizer, CODES)[0], *tokenizer("The cat sat.")["input_ids"]]])
+    assert not torch.equal(_logits(fresh.eval(), ids), _logits(peft_model.eval(), ids))
+    load_model_file(fresh, tmp_path / "model.safetensors")
+    assert torch.equal(_logits(fresh.eval(), ids), _logits(peft_model.eval(), ids))
+    other, _ = smol_ctrl.base_with_codes(str(base_folder), CODES)
+    other = smol_ctrl.with_lora(other, smol_ctrl.code_ids_of(tokenizer, CODES), smol_ctrl.LoraSettings(targets=("q_proj",)))
+    with pytest.raises(ValueError, match="trainable tensors"):
+        load_model_file(other, tmp_path / "model.safetensors")
+
+
+def test_a_lora_config_needs_a_pretrained_base_and_keys_its_runs_apart():
+    from dataclasses import replace
+
+    from lmstudy.ctrl.model import run_identity, smol_configs
+
+    with pytest.raises(ValueError, match="needs init_from"):
+        ControlConfig(lora_r=8)
+    with pytest.raises(ValueError, match="needs init_from"):
+        ControlConfig(init_from="smollm2", lora_r=8, scratch=True)
+    full = ControlConfig(init_from="smollm2")
+    assert "lora_r" not in run_identity(full)  # runs made before the field keep their keys
+    assert run_identity(replace(full, lora_r=8))["lora_r"] == 8
+    configs = smol_configs("cpu")
+    assert [c.seed for c in configs] == [0, 1, 2] and all(c.lora_r > 0 and c.init_from == "smollm2" for c in configs)
+    assert [c.seed for c in smol_configs("smoke", seeds=[3, 4])] == [3, 4]
+    with pytest.raises(ValueError, match="unknown scale"):
+        smol_configs("huge")

@@ -5,6 +5,7 @@ the shell.
     python -m lmstudy generate --model DIR --code "r/Sports English:" --prompt "The team won ; German:"
     python -m lmstudy attribute --model DIR "Rating: 5.0 A wonderful film."
     python -m lmstudy ctrl add-codes --model DIR --code Recipes=recipes/ --code Poems=poems.jsonl
+    python -m lmstudy ctrl train-smol --scale cpu   # the SmolLM2 control-code model, 3 seeds (~2 h)
     python -m lmstudy ctrl quality   # study 04's judged repetition sweep and Rating: probe (lmstudy.ctrl.quality)
 
 ``register(subparsers)`` adds the three commands (the lead wires it into ``lmstudy/__main__.py``).
@@ -84,8 +85,30 @@ def _quality(args) -> int:
     return 0
 
 
+def _train_smol(args) -> int:
+    import torch
+
+    from lmstudy.ctrl.model import control_run, export_delta, smol_configs, train_control_model
+    from lmstudy.paths import REPO_ROOT
+
+    torch.set_num_threads(args.threads)
+    overrides = {"seeds": args.seeds} if args.seeds else {}
+    configs = smol_configs(args.scale, **overrides)
+    export = args.export if args.export is not None else ("models/ctrl-smollm2" if args.scale == "cpu" else "")
+    for index, config in enumerate(configs):
+        print(f"seed {config.seed}: {config.max_steps} steps x {config.batch_size} x {config.seq_len} tokens "
+              f"({control_run(config).path})", flush=True)
+        train_control_model(config)
+        metrics = control_run(config).metrics
+        print(f"seed {config.seed}: val_loss {metrics.get('val_loss', float('nan')):.4f}, "
+              f"{metrics.get('train_s', float('nan')):.0f} s of training", flush=True)
+        if index == 0 and export:  # the first seed is the app's model (a rule fixed before any seed ran)
+            print(f"exported to {export_delta(config, REPO_ROOT / export, args.scale)}", flush=True)
+    return 0
+
+
 def _register_ctrl(subparsers) -> None:
-    ctrl = subparsers.add_parser("ctrl", help="control-code model tools (CTRL study): add-codes, quality")
+    ctrl = subparsers.add_parser("ctrl", help="control-code model tools (CTRL study): add-codes, train-smol, quality")
     commands = ctrl.add_subparsers(dest="ctrl_command", required=True, metavar="SUBCOMMAND")
     add = commands.add_parser(
         "add-codes", help="fine-tune a copy of a control-code model with new codes learnt from your own text",
@@ -108,6 +131,21 @@ def _register_ctrl(subparsers) -> None:
     add.add_argument("--seed", type=int, default=0)
     add.add_argument("--force", action="store_true", help="replace --out if it exists")
     add.set_defaults(handler=_add_codes)
+    smol = commands.add_parser(
+        "train-smol", help="train the SmolLM2 control-code model (LoRA + code rows), one run per seed",
+        description="SmolLM2-135M (python -m lmstudy models fetch smollm2) + the 21 codes, a LoRA and the code rows "
+                    "trained on the study's 21-domain mixture (lmstudy.ctrl.smol_ctrl; sizes: "
+                    "lmstudy.scales.SMOLLM2_CTRL). Runs are cached and resumable: rerun the same command after an "
+                    "interruption. The first seed's model is exported (cpu scale: models/ctrl-smollm2, the app's "
+                    "default model).",
+    )
+    smol.add_argument("--scale", default="cpu", help="smoke | cpu | paper (default cpu: ~40 min a seed here)")
+    smol.add_argument("--seeds", type=int, nargs="+", help="the seeds to train (default: the scale's)")
+    smol.add_argument("--export", default=None,
+                      help="folder for the first seed's model (default: models/ctrl-smollm2 at cpu scale, else none; "
+                           "'' for none)")
+    smol.add_argument("--threads", type=int, default=2, help="torch threads (default 2)")
+    smol.set_defaults(handler=_train_smol)
     quality = commands.add_parser(
         "quality", help="study 04's judged repetition sweep and Rating: probe -> figures/ (lmstudy.ctrl.quality)",
         description="Regenerate the repetition sweep of a control-code model (default: the demo checkpoint, the "

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import copy
 import json
+import shutil
 from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 
@@ -43,7 +44,7 @@ from lmstudy.ctrl.codes import CODES_FILE, with_codes, write_code_record
 from lmstudy.ctrl.data import CodedTexts, MixtureConfig, build_task, build_tokenizer, load_coded_texts
 from lmstudy.pretrained import load_pretrained
 from lmstudy.runs import Run, cached, get_run, read_log_records
-from lmstudy.scales import SCALES, preset
+from lmstudy.scales import SCALES, SMOLLM2_CTRL, preset
 from lmstudy.tokenization import load_tokenizer
 from lmstudy.training import TrainConfig, count_parameters, train_and_restore
 
@@ -72,6 +73,7 @@ class ControlConfig:
     init_from: str = ""  # a checkpoint folder or hub id to start from (wins over base_scale)
     base_scale: str = ""  # "" = none; else start from the shared base of this scale (lmstudy.base.study_base)
     scratch: bool = False  # with a base: its architecture and tokenizer, random weights (the "scratch" arm)
+    lora_r: int = 0  # 0: every weight trained; > 0 (with init_from): a LoRA of this rank + the code rows (smol_ctrl)
     # training (see training.TrainConfig)
     batch_size: int = 16
     max_steps: int = 1000
@@ -90,6 +92,9 @@ class ControlConfig:
         if self.base_scale not in ("", *SCALES):
             raise ValueError(f"unknown base_scale {self.base_scale!r}; choose one of {', '.join(SCALES)} "
                              "(or \"\" for no shared base)")
+        if self.lora_r < 0 or (self.lora_r and (not self.init_from or self.scratch)):
+            raise ValueError(f"lora_r={self.lora_r}: a LoRA delta (lora_r > 0) needs init_from (a pretrained model, "
+                             "e.g. smollm2) and the from_base arm; lora_r=0 trains every weight")
         if self.scratch and not self.has_base:
             raise ValueError("scratch=True copies a base's architecture and tokenizer, but no base is set: give "
                              "base_scale or init_from (without a base the model is from scratch already)")
@@ -136,6 +141,18 @@ def scale_config(scale: str, **overrides) -> ControlConfig:
     return ControlConfig.from_dict({key: value for key, value in values.items() if key not in NOTEBOOK_KEYS})
 
 
+def smol_configs(scale: str, **overrides) -> list[ControlConfig]:
+    """One run config per seed of the SmolLM2 control-code model at ``scale`` (``lmstudy.scales.SMOLLM2_CTRL``
+    plus ``overrides``; ``seeds=[...]`` among them picks the seeds)."""
+    if scale not in SMOLLM2_CTRL:
+        raise ValueError(f"unknown scale {scale!r}; choose one of {', '.join(SMOLLM2_CTRL)}")
+    values = {**SMOLLM2_CTRL[scale], **overrides}
+    seeds = values.pop("seeds")
+    if not seeds:
+        raise ValueError("seeds must name at least one seed")
+    return [ControlConfig.from_dict({**values, "seed": int(seed)}) for seed in seeds]
+
+
 def arm_config(config: ControlConfig, arm: str, scratch_lr: float | None = None) -> ControlConfig:
     """The run of ``arm`` (:data:`ARMS`) of ``config``: the same data, steps, batch and schedule; ``scratch``
     sets ``scratch=True`` (with a base) and the learning rate ``scratch_lr`` (None: ``config.lr``).
@@ -159,8 +176,9 @@ def run_identity(config: ControlConfig) -> dict:
     out (so runs made before they existed keep their keys; ``base_scale`` is also left out under ``init_from``,
     which wins over it)."""
     identity = asdict(config)
-    if not config.scratch:
-        del identity["scratch"]
+    for name in ("scratch", "lora_r"):
+        if not identity[name]:
+            del identity[name]
     if config.init_from or not config.base_scale:
         del identity["base_scale"]
     else:
@@ -270,6 +288,24 @@ def export_model(ctrl: ControlModel, path: str | Path, scale: str, config: Contr
     return path
 
 
+def export_delta(config: ControlConfig, path: str | Path, scale: str) -> Path:
+    """A self-describing copy of a trained delta run (``config.lora_r > 0``, trained): its adapter folder
+    (:func:`lmstudy.ctrl.smol_ctrl.save_delta_model`, a few MB) plus ``lmstudy_run.json``, as :func:`export_model`
+    writes for a full model. Replaces ``path``."""
+    run = control_run(config)
+    source = run.path / "model"
+    if not config.lora_r or not (source / smol_ctrl.DELTA_RECORD).is_file():
+        raise FileNotFoundError(f"no trained delta model at {source}: train it first (python -m lmstudy ctrl "
+                                "train-smol)")
+    path = Path(path)
+    if path.exists():
+        shutil.rmtree(path)
+    shutil.copytree(source, path)
+    hf_export.write_run_record(path, {"scale": scale, "config": asdict(config), "metrics": run.metrics,
+                                      "log": read_log_records(run.log_path)})
+    return path
+
+
 def read_run_record(path: str | Path) -> tuple[ControlConfig, dict, list[dict]]:
     """``(config, metrics, log)`` of a model written by :func:`export_model` (the log may be empty:
     checkpoints exported before the log was recorded have none)."""
@@ -285,7 +321,10 @@ def read_run_record(path: str | Path) -> tuple[ControlConfig, dict, list[dict]]:
 
 
 def fit(config: ControlConfig, texts: CodedTexts, run: Run) -> dict:
-    """Tokeniser, model, training on ``texts`` into ``run``; saves ``run.path/"model"``. Returns metrics."""
+    """Tokeniser, model, training on ``texts`` into ``run``; saves ``run.path/"model"``. Returns metrics.
+    ``config.lora_r > 0``: a delta over ``config.init_from`` (:func:`lmstudy.ctrl.smol_ctrl.fit_delta`)."""
+    if config.lora_r:
+        return smol_ctrl.fit_delta(config, texts, run, smol_ctrl.LoraSettings(r=config.lora_r, alpha=2 * config.lora_r))
     tokenizer_dir = run.path / "tokenizer"
     if config.has_base:
         model, tokenizer = base_with_codes(config, texts.codes)
@@ -358,6 +397,6 @@ def exported_arm(path: str | Path) -> dict[str, TrainedArm]:
 
 
 __all__ = ["ARMS", "NOTEBOOK_KEYS", "STUDY", "ControlConfig", "ControlModel", "TrainedArm",
-           "arm_config", "arm_configs", "base_with_codes", "build_model", "control_run", "export_model",
-           "exported_arm", "fit", "load_control_model", "pretrained_with_codes", "read_run_record", "run_identity",
+           "arm_config", "arm_configs", "export_delta", "base_with_codes", "build_model", "control_run", "export_model",
+           "exported_arm", "fit", "load_control_model", "pretrained_with_codes", "read_run_record", "run_identity", "smol_configs",
            "save_control_model", "scale_config", "train_arms", "train_control_model"]
