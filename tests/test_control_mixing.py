@@ -165,7 +165,8 @@ def test_template_and_domain_checks():
     assert math.isnan(template_kept("translation", "der mann")) and math.isnan(template_kept("rating", "x"))
     assert word_overlap("a b c", "b c d") == pytest.approx(0.5) and word_overlap("", "") == 1.0
     assert mentions("grain", "wheat and grain.") == 1.0 and mentions("money-fx", "dollar") == 0.0
-    assert math.isnan(mentions("1987/02/26", "anything"))
+    assert mentions("1987/02/26", "Oil rose in February.") == 1.0 and mentions("1987/06/15", "in February") == 0.0
+    assert math.isnan(mentions("2024", "anything"))
 
 
 def test_code_mixing_table(model):

@@ -38,25 +38,35 @@ def posterior(log_likelihoods: Sequence[float], prior: Sequence[float] | None = 
 
 
 @torch.no_grad()
-def code_log_likelihoods(model, tokenizer, text: str, codes: Sequence[str]) -> tuple[list[float], int]:
-    """``log p(text | code)`` (nats) for each code, in one batched forward pass; and the tokens scored."""
-    if not isinstance(text, str) or not text.strip():
-        raise ValueError("the text to attribute is empty")
-    ids = tokenizer(text, add_special_tokens=False)["input_ids"]
-    limit = getattr(model.config, "n_positions", None) or getattr(model.config, "max_position_embeddings", None)
-    if limit is not None:
-        ids = ids[: limit - 1]
+def prefixed_log_likelihoods(model, ids: Sequence[int], prefixes: Sequence[int]) -> list[float]:
+    """``log p(ids | prefix)`` (nats) for each one-token prefix (a code's id, or eos for "no code"), in one batched
+    forward pass: K rows ``[prefix_k] + ids[:-1]`` scoring ``ids``, equally long, no padding."""
     device = next(model.parameters()).device
-    code_ids = [code_id(tokenizer, code_name(code)) for code in codes]
-    target = torch.tensor(ids, dtype=torch.long, device=device)  # (n,)
-    x = torch.tensor([[cid] + ids[:-1] for cid in code_ids], dtype=torch.long, device=device)  # (K, n)
+    target = torch.tensor(list(ids), dtype=torch.long, device=device)  # (n,)
+    x = torch.tensor([[prefix] + list(ids[:-1]) for prefix in prefixes], dtype=torch.long, device=device)  # (K, n)
     was_training = model.training
     model.eval()
     logits = model(input_ids=x).logits.float()  # (K, n, V)
     model.train(was_training)
     log_probs = torch.log_softmax(logits, dim=-1)  # (K, n, V)
-    picked = log_probs.gather(2, target.expand(len(code_ids), -1).unsqueeze(-1)).squeeze(-1)  # (K, n)
-    return picked.sum(dim=1).tolist(), len(ids)
+    picked = log_probs.gather(2, target.expand(len(prefixes), -1).unsqueeze(-1)).squeeze(-1)  # (K, n)
+    return picked.sum(dim=1).tolist()
+
+
+def context_ids(model, tokenizer, text: str) -> list[int]:
+    """``text``'s ids, cut to what fits the model's context after a one-token prefix."""
+    if not isinstance(text, str) or not text.strip():
+        raise ValueError("the text to attribute is empty")
+    ids = tokenizer(text, add_special_tokens=False)["input_ids"]
+    limit = getattr(model.config, "n_positions", None) or getattr(model.config, "max_position_embeddings", None)
+    return ids[: limit - 1] if limit is not None else ids
+
+
+def code_log_likelihoods(model, tokenizer, text: str, codes: Sequence[str]) -> tuple[list[float], int]:
+    """``log p(text | code)`` (nats) for each code, in one batched forward pass; and the tokens scored."""
+    ids = context_ids(model, tokenizer, text)
+    code_ids = [code_id(tokenizer, code_name(code)) for code in codes]
+    return prefixed_log_likelihoods(model, ids, code_ids), len(ids)
 
 
 def attribute(
@@ -131,4 +141,5 @@ def attribution_table(
     return pd.DataFrame(rows)
 
 
-__all__ = ["attribute", "attribution_table", "code_log_likelihoods", "posterior"]
+__all__ = ["attribute", "attribution_table", "code_log_likelihoods", "context_ids", "posterior",
+           "prefixed_log_likelihoods"]

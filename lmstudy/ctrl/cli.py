@@ -6,6 +6,7 @@ the shell.
     python -m lmstudy attribute --model DIR "Rating: 5.0 A wonderful film."
     python -m lmstudy ctrl add-codes --model DIR --code Recipes=recipes/ --code Poems=poems.jsonl
     python -m lmstudy ctrl train-smol --scale cpu   # the SmolLM2 control-code model, 3 seeds (~2 h)
+    python -m lmstudy ctrl compare                  # ctrl-demo vs the SmolLM2 model, every measure (~1 h)
     python -m lmstudy ctrl quality   # study 04's judged repetition sweep and Rating: probe (lmstudy.ctrl.quality)
 
 ``register(subparsers)`` adds the three commands (the lead wires it into ``lmstudy/__main__.py``).
@@ -88,6 +89,7 @@ def _quality(args) -> int:
 def _train_smol(args) -> int:
     import torch
 
+    from lmstudy.ctrl.compare import RESULTS
     from lmstudy.ctrl.model import control_run, export_delta, smol_configs, train_control_model
     from lmstudy.paths import REPO_ROOT
 
@@ -102,13 +104,32 @@ def _train_smol(args) -> int:
         metrics = control_run(config).metrics
         print(f"seed {config.seed}: val_loss {metrics.get('val_loss', float('nan')):.4f}, "
               f"{metrics.get('train_s', float('nan')):.0f} s of training", flush=True)
-        if index == 0 and export:  # the first seed is the app's model (a rule fixed before any seed ran)
-            print(f"exported to {export_delta(config, REPO_ROOT / export, args.scale)}", flush=True)
+        if export:  # the first seed is the app's model (a rule fixed before any seed ran); the others are kept for
+            # the claims that rest on training (lmstudy.ctrl.compare)
+            folder = REPO_ROOT / export if index == 0 else RESULTS / "models" / f"seed-{config.seed}"
+            print(f"exported to {export_delta(config, folder, args.scale)}", flush=True)
+    return 0
+
+
+def _compare(args) -> int:
+    import torch
+
+    from lmstudy.ctrl.compare import PARTS, CompareConfig, compare, default_models
+
+    torch.set_num_threads(args.threads)
+    models = default_models()
+    unknown = set(args.models or []) - set(models)
+    if unknown:
+        raise ValueError(f"unknown model(s) {sorted(unknown)}; models: {', '.join(models)}")
+    config = CompareConfig(eval_docs=args.eval_docs, max_chars=args.max_chars)
+    written = compare({label: models[label] for label in args.models or models}, config, parts=args.parts or PARTS,
+                      force=args.force)
+    print(f"wrote {len(written)} table(s)" + "".join(f"\n  {path}" for path in written))
     return 0
 
 
 def _register_ctrl(subparsers) -> None:
-    ctrl = subparsers.add_parser("ctrl", help="control-code model tools (CTRL study): add-codes, train-smol, quality")
+    ctrl = subparsers.add_parser("ctrl", help="control-code model tools (CTRL study): add-codes, train-smol, compare, quality")
     commands = ctrl.add_subparsers(dest="ctrl_command", required=True, metavar="SUBCOMMAND")
     add = commands.add_parser(
         "add-codes", help="fine-tune a copy of a control-code model with new codes learnt from your own text",
@@ -137,7 +158,7 @@ def _register_ctrl(subparsers) -> None:
                     "trained on the study's 21-domain mixture (lmstudy.ctrl.smol_ctrl; sizes: "
                     "lmstudy.scales.SMOLLM2_CTRL). Runs are cached and resumable: rerun the same command after an "
                     "interruption. The first seed's model is exported (cpu scale: models/ctrl-smollm2, the app's "
-                    "default model).",
+                    "default model), the others to results/ctrl_smollm2/models/seed-N.",
     )
     smol.add_argument("--scale", default="cpu", help="smoke | cpu | paper (default cpu: ~40 min a seed here)")
     smol.add_argument("--seeds", type=int, nargs="+", help="the seeds to train (default: the scale's)")
@@ -146,6 +167,21 @@ def _register_ctrl(subparsers) -> None:
                            "'' for none)")
     smol.add_argument("--threads", type=int, default=2, help="torch threads (default 2)")
     smol.set_defaults(handler=_train_smol)
+    side = commands.add_parser(
+        "compare", help="models/ctrl-demo and the SmolLM2 control-code model side by side -> results/ctrl_smollm2/",
+        description="Every measure of study 04 on both models in bits per byte (lmstudy.ctrl.compare): each held-out "
+                    "document under every code and none, attribution, controllability, the judged repetition "
+                    "sweep, code-mixing and link probes (8 generations a cell); the SmolLM2 model's other training "
+                    "seeds on the parts that rest on training. Resumable: a part already written is kept (--force "
+                    "redoes). python -m lmstudy claims 04-smollm2 reads the tables.",
+    )
+    side.add_argument("--models", nargs="+", help="labels: ctrl-demo ctrl-smollm2 ctrl-smollm2/seed-N (default: all)")
+    side.add_argument("--parts", nargs="+", help="bits controllability quality mixing links (default: all)")
+    side.add_argument("--eval-docs", type=int, default=20, help="held-out documents a code (default 20)")
+    side.add_argument("--max-chars", type=int, default=500, help="characters of each document scored (default 500)")
+    side.add_argument("--force", action="store_true", help="measure again the parts already written")
+    side.add_argument("--threads", type=int, default=2, help="torch threads (default 2)")
+    side.set_defaults(handler=_compare)
     quality = commands.add_parser(
         "quality", help="study 04's judged repetition sweep and Rating: probe -> figures/ (lmstudy.ctrl.quality)",
         description="Regenerate the repetition sweep of a control-code model (default: the demo checkpoint, the "

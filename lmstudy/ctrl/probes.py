@@ -198,8 +198,18 @@ def word_overlap(a: str, b: str) -> float:
     return len(first & second) / len(first | second) if first | second else 1.0
 
 
+MONTHS = ("january", "february", "march", "april", "may", "june", "july", "august", "september", "october",
+          "november", "december")
+
+
 def mentions(value: str, text: str) -> float:
-    """1.0 / 0.0: an alphabetic part (3+ letters) of ``value`` appears in ``text``; NaN when it has none."""
+    """1.0 / 0.0: the continuation names ``value``: an alphabetic part (3+ letters) of it appears in ``text``
+    (``grain``, ``money``); for a date ``YYYY/MM/DD``, its month's name (``February``). NaN when a value has
+    neither."""
+    date = re.fullmatch(r"(\d{4})/(\d{2})/(\d{2})", value.strip())
+    if date:
+        month = MONTHS[int(date.group(2)) - 1]
+        return float(month in _words(text) or month[:3] in _words(text))
     parts = [part for part in re.findall(r"[a-z]+", value.lower()) if len(part) >= 3]
     if not parts:
         return float("nan")
@@ -208,25 +218,28 @@ def mentions(value: str, text: str) -> float:
 
 def link_probe(model, tokenizer, probes: Sequence[LinkProbe] = LINK_PROBES, code: str = "Links",
                sampling: SamplingConfig = TABLE3_DECODING, max_new_tokens: int = 40, seed: int = 0,
-               classifiers: Mapping[str, object] | None = None) -> pd.DataFrame:
-    """The Table 3 probe: one row per (probe, value): ``probe, value, url, continuation, overlap`` (mean word
-    overlap with the probe's other values), ``mentions``, and with ``classifiers[probe.name]`` the
-    ``predicted`` label of the continuation and ``matches`` (predicted == value)."""
+               classifiers: Mapping[str, object] | None = None, seeds: Sequence[int] | None = None) -> pd.DataFrame:
+    """The Table 3 probe: one row per (probe, value, seed): ``probe, value, url, seed, continuation, overlap`` (mean
+    word overlap with the probe's other values under the same seed), ``mentions``, and with
+    ``classifiers[probe.name]`` the ``predicted`` label of the continuation and ``matches`` (predicted == value).
+    ``seeds`` (default ``[seed]``): the sampling seeds, for a sampling ``sampling`` (greedy decoding gives one
+    generation whatever the seed)."""
     rows = []
     for probe in probes:
         if len(probe.values) < 2:
             raise ValueError(f"link probe {probe.name!r} needs at least two values to compare, got {probe.values}")
-        texts = [generate_codes(model, tokenizer, url + "\n", [code], sampling, max_new_tokens, seed)[0].text
-                 for url in probe.urls()]
         classifier = (classifiers or {}).get(probe.name)
-        for k, (value, url, text) in enumerate(zip(probe.values, probe.urls(), texts)):
-            others = [word_overlap(text, other) for j, other in enumerate(texts) if j != k]
-            row = {"probe": probe.name, "value": value, "url": url, "continuation": text,
-                   "overlap": sum(others) / len(others), "mentions": mentions(value, text)}
-            if classifier is not None:
-                row["predicted"] = str(classifier.predict([text.strip() or "-"])[0])
-                row["matches"] = row["predicted"] == value
-            rows.append(row)
+        for one_seed in (seeds if seeds is not None else [seed]):
+            texts = [generate_codes(model, tokenizer, url + "\n", [code], sampling, max_new_tokens, one_seed)[0].text
+                     for url in probe.urls()]
+            for k, (value, url, text) in enumerate(zip(probe.values, probe.urls(), texts)):
+                others = [word_overlap(text, other) for j, other in enumerate(texts) if j != k]
+                row = {"probe": probe.name, "value": value, "url": url, "seed": one_seed, "continuation": text,
+                       "overlap": sum(others) / len(others), "mentions": mentions(value, text)}
+                if classifier is not None:
+                    row["predicted"] = str(classifier.predict([text.strip() or "-"])[0])
+                    row["matches"] = row["predicted"] == value
+                rows.append(row)
     return pd.DataFrame(rows)
 
 
