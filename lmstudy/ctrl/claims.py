@@ -79,6 +79,11 @@ PUNCTUATION_PAIRS = (
     ("Global warming is a lie.", "Global warming is a lie"),
 )
 
+CLAIM_REPEAT = "Greedy sampling with θ ≈ 1.2 prevents the repetitions of greedy decoding (share of repeated 4-grams)"
+CLAIM_COST = ("Greedy sampling with θ ≈ 1.2 yields a good balance between truthful generation and lack of "
+              "repetition: its text is about as likely as greedy's (judged by SmolLM2)")
+CLAIM_SAMPLE = ("Penalised near-greedy decoding trusts the model where sampling mistrusts it: θ = 1.2 text is more "
+                "likely than nucleus-sampled text (judged by SmolLM2)")
 PAPER_STEER = "qualitative only (Tables 1-2: one prompt, different codes, different text); no perplexity reported"
 PAPER_TABLE6 = ("Table 6 (rankings, no accuracy): 'Global warming is a lie.' -> r/unpopularopinion, r/conspiracy, "
                 "r/science; 'My landlord is suing me for unpaid rent.' -> r/legaladvice, r/personalfinance, r/frugal")
@@ -194,12 +199,7 @@ def _by_continuation(quality: pd.DataFrame, setting: str, column: str) -> pd.Ser
 def _repetition_rows(repetition: pd.DataFrame, quality: pd.DataFrame | None, note: str,
                      runs: Mapping[str, str]) -> list[ClaimRow]:
     """θ = 1.2 cuts repetition (both arms); its cost in text quality judged by SmolLM2 (from_base)."""
-    claim_repeat = ("Greedy sampling with θ ≈ 1.2 prevents the repetitions of greedy decoding (share of repeated "
-                    "4-grams)")
-    claim_cost = ("Greedy sampling with θ ≈ 1.2 yields a good balance between truthful generation and lack of "
-                  "repetition: its text is about as likely as greedy's (judged by SmolLM2)")
-    claim_sample = ("Penalised near-greedy decoding trusts the model where sampling mistrusts it: θ = 1.2 text is more "
-                    "likely than nucleus-sampled text (judged by SmolLM2)")
+    claim_repeat, claim_cost, claim_sample = CLAIM_REPEAT, CLAIM_COST, CLAIM_SAMPLE
     rows = []
     summary = repetition.set_index(["arm", "setting"])
     for arm in ARMS:
@@ -298,7 +298,7 @@ def _rating_rows(ratings: pd.DataFrame | None) -> list[ClaimRow]:
     return rows
 
 
-def _mixing_rows(mixing: pd.DataFrame, note: str) -> list[ClaimRow]:
+def _mixing_rows(mixing: pd.DataFrame, note: str, level: str = DEMO_ARM) -> list[ClaimRow]:
     """Code-mixing (Table 5): per mixed generation, the template kept, the domain kept, both."""
     mixed = mixing[mixing["mixed"].astype(bool)]
     reference = mixing[~mixing["mixed"].astype(bool)]  # each template under its own domain
@@ -308,27 +308,28 @@ def _mixing_rows(mixing: pd.DataFrame, note: str) -> list[ClaimRow]:
     paper = ("Table 5: 'Diet English: I lost 10 kgs! ; German:' alternates English and German while respecting the "
              "Diet domain; 'Politics Title:' + a French prompt")
     replicates = (f"replicates: the {len(mixed)} mixed generations ({mixed['code'].nunique()} composite codes x "
-                  f"{mixed['seed'].nunique()} sampling seeds, greedy + θ = 1.2, 40 tokens)")
+                  f"{mixed['seed'].nunique()} sampling seeds, nucleus p = 0.9, 40 tokens)")
     return [
         ClaimRow("Some codes can be mixed to generate text with novel cross-over behavior: the text keeps both the "
                  "template and the domain", against(both, 0.0, better="higher"), paper=paper,
-                 ours=f"both kept in {int(both.sum())} of {len(both)}", level=DEMO_ARM, digits=3,
+                 ours=f"both kept in {int(both.sum())} of {len(both)}", level=level, digits=3,
                  note=f"effect: share keeping both; {replicates}. {note}"),
         ClaimRow("Mixed codes keep the template (English ... ; German: continues in German; Q: completes a question)",
                  against(template, 0.0, better="higher"), paper=paper,
                  ours=f"kept in {int(template.sum())} of {len(template)} (with the template's own domain: "
-                 f"{int(reference['template_kept'].fillna(0).sum())} of {len(reference)})", level=DEMO_ARM, digits=3,
+                 f"{int(reference['template_kept'].fillna(0).sum())} of {len(reference)})", level=level, digits=3,
                  note=f"effect: share keeping the template (a question's first line ends in ?, a translation's "
                  f"is German by a classifier fitted on Multi30k); {replicates}. {note}"),
         ClaimRow("Mixed codes respect the domain (the domain classifier names the domain code)",
                  against(domain, chance, better="higher"), paper=paper,
                  ours=f"kept in {int(domain.sum())} of {len(domain)}; chance {chance:.2f}", negligible=SHARE,
-                 level=DEMO_ARM, digits=3, note=f"effect: share minus chance (1/20: the template's own domain is "
+                 level=level, digits=3, note=f"effect: share minus chance (1/20: the template's own domain is "
                  f"left out); {replicates}. {note}"),
     ]
 
 
-def _link_rows(links: pd.DataFrame, note: str) -> list[ClaimRow]:
+def _link_rows(links: pd.DataFrame, note: str, level: str = DEMO_ARM,
+               decoding: str = "greedy + θ = 1.2") -> list[ClaimRow]:
     """Link codes (Table 3): the changed part of the URL named in the text; the text changed at all."""
     steered = []
     for _, probe in links[links["mentions"].notna()].groupby("probe", sort=False):
@@ -344,14 +345,15 @@ def _link_rows(links: pd.DataFrame, note: str) -> list[ClaimRow]:
                  "changed part of the link (names the topic, category or subreddit)",
                  differences(steered), paper=paper,
                  ours=f"continuations naming their URL's value: {int(links['mentions'].sum())} of "
-                 f"{int(links['mentions'].notna().sum())}", negligible=SHARE, level=DEMO_ARM, digits=3,
+                 f"{int(links['mentions'].notna().sum())}", negligible=SHARE, level=level, digits=3,
                  note=f"effect: per value, named under its own URL minus named under the probe's other URLs; "
-                 f"replicates: the {len(steered)} values (Reuters topic, BBC category, subreddit; greedy + θ = 1.2). "
+                 f"replicates: the {len(steered)} generations (Reuters topic, BBC category, subreddit values; "
+                 f"{decoding}). "
                  f"{note}"),
         ClaimRow("A changed link changes the generated text (Table 3: the same path under different dates)",
                  against(changed, 0.0, better="higher"), paper=paper,
                  ours=f"word overlap with the probe's other variants {Spread.of(links['overlap']).format(2)} "
-                 f"(1 = the same text)", negligible=SHARE, level=DEMO_ARM, digits=3,
+                 f"(1 = the same text)", negligible=SHARE, level=level, digits=3,
                  note=f"effect: 1 - word overlap; replicates: the {len(links)} variants (overlaps within a probe "
                  f"share texts, so they are not independent: the interval is optimistic). Changed is not steered: "
                  f"see the previous row. {note}"),
@@ -400,5 +402,5 @@ def published_claims() -> pd.DataFrame:
     return claims(read_tables(), archived_runs())
 
 
-__all__ = ["ARMS", "BPB", "NATS", "NO_COST_BPB", "PROBE_SOURCES", "PUNCTUATION_PAIRS", "SHARE", "TABLES",
+__all__ = ["ARMS", "BPB", "CLAIM_COST", "CLAIM_REPEAT", "CLAIM_SAMPLE", "NATS", "NO_COST_BPB", "PROBE_SOURCES", "PUNCTUATION_PAIRS", "SHARE", "TABLES",
            "archived_runs", "claims", "published_claims", "read_tables"]
