@@ -325,7 +325,7 @@ def build_demo(model: str | None = None, max_queue: int = DEFAULT_MAX_QUEUE, wei
         gr.Markdown("# lmstudy · control codes side by side\n"
                     "One prompt, several control codes (Keskar et al. 2019, CTRL), generated in one batch.")
         with gr.Row():
-            model_box = gr.Dropdown(choices=list(registry.choices()), value=default, label="Model", scale=1,
+            model_box = gr.Dropdown(choices=registry.labelled_choices(), value=default, label="Model", scale=1,
                                     elem_id="model")
             model_info = gr.Markdown(_model_summary(served) if served else f"**{NO_CHECKPOINT}**",
                                      elem_id="model-info")

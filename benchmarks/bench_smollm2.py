@@ -56,6 +56,7 @@ DEFAULT_OUT = REPO_ROOT / "figures" / "smollm2_speed.csv"
 PARTS = ("peak", "train", "generate", "app", "quality")
 PROMPT = "The history of the city begins"
 CODES = ["Wikipedia:", "Books:", "News:", "Reviews:"]  # plain-text prefixes: SmolLM2 has no control codes
+CONTROL_CODES = ["Wikipedia", "Books", "News", "Reviews"]  # the same domains as a control-code model's codes
 
 
 def load_model(quick: bool):
@@ -180,9 +181,14 @@ def generate_rows(args) -> list[dict]:
 
 
 def app_rows(args) -> list[dict]:
-    """The same request through the running app: ``python app.py --model smollm2`` (its default weights) started
-    as a process of its own on a free local port, as ``make demo`` runs it, and a ``gradio_client`` in this one:
-    time to the first streamed update and to the last."""
+    """The same request through the running app: ``python app.py --model NAME`` (its default weights; each of
+    ``--app-models``, default smollm2) started as a process of its own on a free local port, as ``make demo`` runs
+    it, and a ``gradio_client`` in this one: time to the first streamed update and to the last. A control-code
+    model (a folder such as ``models/ctrl-smollm2``) gets its own codes for the same four domains."""
+    return [app_row(args, name) for name in args.app_models]
+
+
+def app_row(args, name: str) -> dict:
     import socket
     import subprocess
 
@@ -193,11 +199,10 @@ def app_rows(args) -> list[dict]:
         name = tempfile.mkdtemp(prefix="bench_smollm2_model_")
         model.save_pretrained(name)
         tokenizer.save_pretrained(name)
-    else:
-        name = "smollm2"
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
+    codes = CONTROL_CODES if (REPO_ROOT / name / "control_codes.json").is_file() else CODES
     server = subprocess.Popen([sys.executable, str(REPO_ROOT / "app.py"), "--model", name, "--port", str(port)],
                               cwd=REPO_ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     first, total = [], []
@@ -213,7 +218,7 @@ def app_rows(args) -> list[dict]:
                 time.sleep(1)
         for repeat in range(args.repeats + 1):  # the first request warms up (not counted)
             start = time.perf_counter()
-            job = client.submit(name, PROMPT, len(CODES), *CODES, "greedy", 1.0, 0, 1.0, "none", 1.2,
+            job = client.submit(name, PROMPT, len(codes), *codes, "greedy", 1.0, 0, 1.0, "none", 1.2,
                                 args.new_tokens, 0, True, api_name="/compare")
             first_at = None
             while not job.done():  # polled every 20 ms: iterating a Job busy-waits (1 ms sleeps), stealing a core
@@ -228,10 +233,10 @@ def app_rows(args) -> list[dict]:
     finally:
         server.terminate()
         server.wait(timeout=60)
-    row = {"part": "app", "mode": "app, default weights", "first_token_s": statistics.median(first),
-           "seconds": statistics.median(total), "new_tokens": len(CODES) * args.new_tokens}
-    print(f"  app: first {row['first_token_s']:.2f} s, all in {row['seconds']:.2f} s", file=sys.stderr)
-    return [row]
+    row = {"part": "app", "mode": "app, default weights", "model": name, "first_token_s": statistics.median(first),
+           "seconds": statistics.median(total), "new_tokens": len(codes) * args.new_tokens}
+    print(f"  app {name}: first {row['first_token_s']:.2f} s, all in {row['seconds']:.2f} s", file=sys.stderr)
+    return row
 
 
 def quality_rows(args) -> list[dict]:
@@ -255,6 +260,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--parts", nargs="+", choices=PARTS, default=list(PARTS))
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--app-models", nargs="+", default=["smollm2"],
+                        help="the app part's models: fetched names or control-code folders (models/ctrl-smollm2)")
     parser.add_argument("--weights", nargs="+", default=["float32", "bfloat16", "int8"],
                         help="weights forms for generate and quality (float32 first: the reference)")
     parser.add_argument("--compile", nargs="+", choices=("off", "on"), default=["off", "on"],
@@ -294,7 +301,7 @@ def main(argv=None) -> list[dict]:
         rows += app_rows(args)
     if "quality" in args.parts:
         rows += quality_rows(args)
-    columns = ["part", "mode", "tokens_per_s", "seconds", "gflops", "mfu", "first_token_s", "new_tokens",
+    columns = ["part", "mode", "model", "tokens_per_s", "seconds", "gflops", "mfu", "first_token_s", "new_tokens",
                "bits_per_byte", "vs_float32", "tokens", "error"]
     for row in rows:
         row.setdefault("threads", args.threads)

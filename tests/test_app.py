@@ -580,6 +580,16 @@ def test_allow_list(model_dir, tmp_path, monkeypatch):
     # --model naming a listed folder: offered first, under its list name.
     choices = ModelRegistry(extra=f"{models}/smoke/../smoke/ctrl-demo/").choices()
     assert list(choices)[:2] == [str(models / "smoke" / "ctrl-demo"), str(models / "ctrl-demo")] and len(choices) == 4
+    # A SmolLM2 delta comes first when its base is fetched, last when it is not (and its label says how to fetch it).
+    _fake_checkpoint(models / "ctrl-smollm2", model_dir)
+    (models / "ctrl-smollm2" / "smol_ctrl.json").write_text(json.dumps({"base": {"name": "no-such-base"}}))
+    assert list(allowed_checkpoints())[0] == str(models / "ctrl-demo")
+    assert list(allowed_checkpoints())[-2] == str(models / "ctrl-smollm2")  # (the run cache's entry stays last)
+    labels = dict((name, label) for label, name in ModelRegistry().labelled_choices())
+    assert "needs python -m lmstudy models fetch smollm2" in labels[str(models / "ctrl-smollm2")]
+    assert labels[str(models / "ctrl-demo")].startswith(f"{models / 'ctrl-demo'} (small GPT-2, fast")
+    (models / "ctrl-smollm2" / "smol_ctrl.json").write_text(json.dumps({"base": {"name": str(model_dir)}}))
+    assert list(allowed_checkpoints())[0] == str(models / "ctrl-smollm2")  # a base that is here: the default
 
 
 def test_no_checkpoint_page_says_how_to_get_one(tmp_path, monkeypatch):

@@ -5,7 +5,8 @@ the columns sit side by side, and saves a screenshot; an example opens the Sampl
 changed. A second test checks what the page renders: a code typed with HTML, Markdown or LaTeX is shown as
 typed (stats line and error message), and the attribution chart's labels of all the model's codes do not overlap.
 
-The model: the committed ``models/ctrl-demo`` when it exists, else the smoke checkpoint
+The model: the app's default ``models/ctrl-smollm2`` when SmolLM2 is fetched, else the committed ``models/ctrl-demo``,
+else the smoke checkpoint
 (``models/smoke/ctrl-demo``), else the tiny model of tests/test_control.py. The screenshot goes to
 the test's tmp folder; with ``LMSTUDY_UPDATE_SCREENSHOT=1`` it is also copied to
 ``figures/app_screenshot.png`` (the README's). Without Chromium or Playwright the test is skipped
@@ -26,7 +27,7 @@ import pytest
 import app
 from lmstudy.ctrl.generation import generate_codes
 from lmstudy.ctrl.sampling import SamplingConfig
-from lmstudy.ctrl.serving import load_served_model
+from lmstudy.ctrl.serving import delta_ready, load_served_model
 from lmstudy.paths import figures_dir, models_dir
 from tests.conftest import IN_CI
 from tests.test_app import running
@@ -56,8 +57,8 @@ def _require_browser():
 
 @pytest.fixture(scope="module")
 def checkpoint(request) -> Path:
-    for folder in (models_dir() / "ctrl-demo", models_dir("smoke") / "ctrl-demo"):
-        if (folder / "control_codes.json").is_file():
+    for folder in (models_dir() / "ctrl-smollm2", models_dir() / "ctrl-demo", models_dir("smoke") / "ctrl-demo"):
+        if (folder / "control_codes.json").is_file() and delta_ready(folder):
             return folder
     return request.getfixturevalue("trained")[3].path / "model"
 
@@ -66,7 +67,7 @@ def test_compare_in_chromium(checkpoint, tmp_path):
     _require_browser()
     from playwright.sync_api import expect, sync_playwright
 
-    served = load_served_model(checkpoint)
+    served = load_served_model(checkpoint, weights="auto")  # as the app serves it (SmolLM2 in bfloat16 here)
     wanted = [code for code in ("Wikipedia", "Books", "Reviews", "r/worldnews") if code in served.codes]
     known = wanted + [c for c in served.codes if c not in wanted]
     codes = [known[k % len(known)] for k in range(3)]  # (the tiny fallback model has two codes: one repeats)
@@ -114,7 +115,7 @@ def test_compare_in_chromium(checkpoint, tmp_path):
     # The page's defaults: sampling at T = 0.8, top-k 40, the paper's penalty θ = 1.2, seed 0 in every column.
     # A column does not depend on its neighbours, so each bare-code column equals generate_codes alone.
     assert all(text.startswith(PROMPT) for text in texts)
-    if checkpoint == models_dir() / "ctrl-demo":  # the trained demo: three codes, three different continuations
+    if checkpoint.parent == models_dir():  # a committed model: three codes, three different continuations
         assert len(set(texts)) == len(texts), texts
     bare = [(k, code) for k, code in enumerate(codes) if " " not in code]
     sampling = SamplingConfig(temperature=0.8, top_k=40, penalty="ctrl", theta=1.2)
@@ -136,7 +137,7 @@ def test_typed_text_is_shown_and_many_code_labels_do_not_overlap(checkpoint):
     _require_browser()
     from playwright.sync_api import expect, sync_playwright
 
-    served = load_served_model(checkpoint)
+    served = load_served_model(checkpoint, weights="auto")  # as the app serves it (SmolLM2 in bfloat16 here)
     # News takes `Title: <any text>`; the tiny fallback model's codes take any secondary text.
     code = "News Title:" if "News" in served.codes else served.codes[0]
     typed = f"{code} <b>bold</b> *x* $$y$$"

@@ -77,6 +77,18 @@ def _codes(model_dir: str) -> list[str]:
     return json.loads((Path(model_dir) / "control_codes.json").read_text(encoding="utf-8"))["codes"]
 
 
+def _context(model_dir: str) -> int:
+    """The model's context: its config's, or for a delta over a fetched base (models/ctrl-smollm2) the base's."""
+    folder = Path(model_dir)
+    if (folder / "smol_ctrl.json").is_file():
+        from lmstudy.pretrained import resolve_pretrained
+
+        base = json.loads((folder / "smol_ctrl.json").read_text(encoding="utf-8"))["base"]["name"]
+        folder = resolve_pretrained(base)
+    config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
+    return config.get("n_positions") or config["max_position_embeddings"]
+
+
 @pytest.mark.slow
 def test_one_user_four_columns_of_128_tokens(trained, tmp_path):  # noqa: F811
     """The app's speed for one user: 4 columns x 128 new tokens (fewer where the model's context allows fewer),
@@ -88,7 +100,7 @@ def test_one_user_four_columns_of_128_tokens(trained, tmp_path):  # noqa: F811
     model_dir = os.environ.get("LMSTUDY_LOAD_MODEL") or str(trained[3].path / "model")
     threads = int(os.environ.get("LMSTUDY_APP_THREADS", "1"))
     codes = (_codes(model_dir) * 4)[:4]
-    context = json.loads((Path(model_dir) / "config.json").read_text(encoding="utf-8"))["n_positions"]
+    context = _context(model_dir)
     tokens = min(128, context // 2)  # the app's cap: half the model's context
     with running_app(model_dir, tmp_path, threads) as (client, _, _):
         latencies = []

@@ -77,8 +77,9 @@ from lmstudy.ctrl.codes import CODES_FILE, code_name, get_code
 from lmstudy.ctrl.generation import code_prefix, context_length, stream_rows
 from lmstudy.ctrl.model import STUDY, load_control_model
 from lmstudy.ctrl.sampling import PENALTIES, SamplingConfig
+from lmstudy.ctrl.smol_ctrl import DELTA_RECORD, read_delta_record
 from lmstudy.paths import REPO_ROOT, models_dir, runs_dir
-from lmstudy.pretrained import load_pretrained
+from lmstudy.pretrained import load_pretrained, resolve_pretrained
 from lmstudy.weights_precision import chosen_weights, with_weights
 
 MAX_TEXT_CHARS = 20_000  # a prompt or a text to attribute; longer is refused before tokenising
@@ -86,7 +87,12 @@ MAX_CODE_CHARS = 200
 MAX_NEW_TOKENS = 256  # the cap; a model with a short context gets at most half its context
 MIN_COLUMNS, MAX_COLUMNS = 2, 4
 MAX_ATTRIBUTION_CODES = 64
-DEFAULT_CHECKPOINT = "ctrl-demo"
+DEFAULT_CHECKPOINT = "ctrl-smollm2"  # SmolLM2-135M + LoRA + code rows (needs the fetched SmolLM2)
+FAST_CHECKPOINT = "ctrl-demo"  # the 3M GPT-2: loads in a second, generates ~10x faster
+# What the model list says of each kind of control-code model, with its measured speed in the app (4 columns x 128
+# new tokens, median; OMP_NUM_THREADS=2 python benchmarks/bench_smollm2.py --parts app --model NAME, written to
+# APP_SPEED): "default" for the SmolLM2 model, "fast" for the others.
+APP_SPEED = "figures/04_app_speed.csv"
 NO_CHECKPOINT = (
     "No model found. The demo checkpoint is `models/ctrl-demo`; to make a small one in a minute, run "
     "`python -m lmstudy study 04_control_codes --scale smoke` (it writes `models/smoke/ctrl-demo`), then "
@@ -159,15 +165,50 @@ def _label(path: Path) -> str:
         return str(path)
 
 
+def delta_ready(folder: Path) -> bool:
+    """Whether a control-code folder can load here: a full checkpoint always; a delta (adapter over a fetched base,
+    :mod:`lmstudy.ctrl.smol_ctrl`) when its base is on this machine (``python -m lmstudy models fetch smollm2``)."""
+    if not (folder / DELTA_RECORD).is_file():
+        return True
+    try:
+        resolve_pretrained(read_delta_record(folder)["base"]["name"])
+    except (FileNotFoundError, OSError, ValueError):
+        return False
+    return True
+
+
 def allowed_checkpoints() -> dict[str, Path]:
-    """The local checkpoints the page may offer, name -> folder: ``models/ctrl-demo`` first, then the
-    other ``models/*`` and ``models/*/*`` folders with ``control_codes.json``, then the control-code
-    runs (``runs/04_control_codes/*/model``), newest first."""
+    """The local checkpoints the page may offer, name -> folder: ``models/ctrl-smollm2`` first when its base is
+    fetched, ``models/ctrl-demo`` next (first without the base), then the other ``models/*`` and ``models/*/*``
+    folders with ``control_codes.json``, then the control-code runs (``runs/04_control_codes/*/model``), newest
+    first."""
     root = models_dir()
     found = sorted(root.glob(f"*/{CODES_FILE}")) + sorted(root.glob(f"*/*/{CODES_FILE}"))
-    found.sort(key=lambda p: p.parent != root / DEFAULT_CHECKPOINT)  # stable: the demo checkpoint first
+    order = {root / DEFAULT_CHECKPOINT: 0, root / FAST_CHECKPOINT: 1}
+    found.sort(key=lambda p: order.get(p.parent, 2) if delta_ready(p.parent) else 3)  # stable within each rank
     runs = sorted((runs_dir() / STUDY).glob(f"*/model/{CODES_FILE}"), key=lambda p: p.stat().st_mtime, reverse=True)
     return {_label(p.parent): p.parent for p in found + runs}
+
+
+def measured_speed(name: str) -> float | None:
+    """The app's measured median seconds for 4 columns x 128 new tokens with checkpoint ``name`` (:data:`APP_SPEED`),
+    or None when it was not measured."""
+    path = REPO_ROOT / APP_SPEED
+    if not path.is_file():
+        return None
+    table = pd.read_csv(path)
+    rows = table[table["model"] == name]
+    return float(rows["seconds"].iloc[-1]) if len(rows) else None
+
+
+def checkpoint_label(name: str, folder: Path) -> str:
+    """What the model list shows for a checkpoint: its name, its kind, and its measured speed when known."""
+    delta = (Path(folder) / DELTA_RECORD).is_file()
+    kind = "SmolLM2-135M + codes, default" if delta else "small GPT-2, fast"
+    seconds = measured_speed(name)
+    speed = f", 4 x 128 tokens in {seconds:.1f} s here" if seconds is not None else ""
+    ready = "" if delta_ready(Path(folder)) else ", needs python -m lmstudy models fetch smollm2"
+    return f"{name} ({kind}{speed}{ready})"
 
 
 def load_served_model(id_or_path: str | Path, name: str | None = None, weights: str = "float32") -> ServedModel:
@@ -210,6 +251,12 @@ class ModelRegistry:
         for name, path in allowed.items():
             choices.setdefault(name, str(path))
         return choices
+
+    def labelled_choices(self) -> list[tuple[str, str]]:
+        """``(label, name)`` per choice for the model list: the label says the kind and measured speed
+        (:func:`checkpoint_label`); the name is what the page sends back."""
+        return [(checkpoint_label(name, Path(path)) if (Path(path) / CODES_FILE).is_file() else name, name)
+                for name, path in self.choices().items()]
 
     def default(self) -> str | None:
         return next(iter(self.choices()), None)
@@ -744,7 +791,7 @@ def attribute_text(served: ServedModel, text, codes=None, prior: str = "uniform"
 
 __all__ = ["COLUMNS", "Column", "Comparison", "DECODINGS", "InputError", "MAX_NEW_TOKENS", "ModelRegistry",
            "NO_CHECKPOINT", "NumberField", "PRIORS", "Prefix", "SEED", "ServedModel", "TEMPERATURE", "THETA", "TOP_K",
-           "TOP_P", "allowed_checkpoints", "attribute_text", "check_choice", "check_flag", "check_max_new_tokens",
+           "TOP_P", "allowed_checkpoints", "checkpoint_label", "delta_ready", "measured_speed", "attribute_text", "check_choice", "check_flag", "check_max_new_tokens",
            "check_seed", "check_text", "fit_max_new_tokens", "load_served_model", "markdown_literal",
            "max_new_tokens_field", "normalize_code_spaces", "parse_code", "parse_code_list", "prefix_log_likelihoods", "prepare_comparison",
            "quoted", "sampling_config", "stream_comparison"]
