@@ -44,6 +44,8 @@ from lmstudy.ctrl.sampling import PENALTIES
 from lmstudy.ctrl.serving import (
     COLUMNS,
     DECODINGS,
+    EXAMPLE_SETTINGS,
+    EXAMPLES,
     MAX_COLUMNS,
     MAX_NEW_TOKENS,
     MIN_COLUMNS,
@@ -68,14 +70,6 @@ DEFAULT_MAX_QUEUE = 16
 DEFAULT_NEW_TOKENS = 40  # the max new tokens box at start (lowered to the model's cap)
 LEVEL_LABELS = 6  # the attribution chart writes up to this many code labels level; more stand upright
 
-# The paper's Table 1 idea: one prompt under several domain codes (greedy, penalty θ = 1.2).
-EXAMPLE_SETTINGS = {"decoding": "greedy", "penalty": "ctrl", "theta": 1.2}
-EXAMPLES = [
-    ("The knife", ["Wikipedia", "Books", "Reviews Rating: 1.0", "r/worldnews"]),
-    ("The president said", ["Wikipedia", "News Text:", "r/worldnews", "IRC"]),
-    ("This film", ["Reviews Rating: 1.0", "Reviews Rating: 5.0", "Books", "r/television"]),
-    ("What is", ["Questions Q:", "Wikipedia", "IRC"]),
-]
 DEFAULT_CODES = ["Wikipedia", "Books", "Reviews", "r/worldnews"]
 
 

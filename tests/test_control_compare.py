@@ -13,6 +13,7 @@ import pytest
 from lmstudy.ctrl import compare
 from lmstudy.ctrl.attribution import code_log_likelihoods
 from lmstudy.ctrl.study import attribution_summary, confusion_matrix
+from lmstudy.ctrl.serving import EXAMPLES
 from lmstudy.paths import REPO_ROOT
 from tests.conftest import require_corpus
 from tests.test_control import trained  # noqa: F401  (a fixture: a tiny model that tells Alpha from Beta)
@@ -58,8 +59,10 @@ def test_compare_writes_each_part_once_and_combines_them(tmp_path):
     require_corpus("imdb")
     demo = REPO_ROOT / "models" / "ctrl-demo"
     config = compare.CompareConfig(eval_docs=1, max_chars=80, weights="float32")
-    written = compare.compare({compare.DEMO: demo}, config, parts=["bits"], out=tmp_path)
-    assert written == [tmp_path / compare.DEMO / "bits.csv"]
+    written = compare.compare({compare.DEMO: demo}, config, parts=["bits", "examples"], out=tmp_path)
+    assert written == [tmp_path / compare.DEMO / "bits.csv", tmp_path / compare.DEMO / "examples.csv"]
+    examples = compare.combined("examples", tmp_path)
+    assert len(examples) == sum(len(codes) for _, codes in EXAMPLES) and examples["continuation"].notna().all()
     assert compare.compare({compare.DEMO: demo}, config, parts=["bits"], out=tmp_path) == []  # resumed: done
     bits = compare.combined("bits", tmp_path)
     assert list(bits.columns[:2]) == ["model", "train_seed"] and set(bits["model"]) == {compare.DEMO}

@@ -24,6 +24,9 @@ an interrupted run resumes with the parts it lacks; :func:`combined` stacks them
   continuation's bits per byte judged by SmolLM2 without codes or adapter (``lmstudy.ctrl.quality.judged_sweep``).
   For the SmolLM2 model the judge shares its base weights: a judge it was fine-tuned from, not an independent one
   (the docs say so next to the numbers).
+- ``examples``: a handful of generations to read, chosen by a rule fixed before looking: every example of the app
+  (``lmstudy.ctrl.serving.EXAMPLES``: its prompt and codes) with the examples' decoding (greedy, the paper's
+  penalty θ = 1.2), 40 new tokens.
 - ``mixing`` (Table 5) and ``links`` (Table 3): ``lmstudy.ctrl.probes`` with :attr:`CompareConfig.probe_seeds`
   sampling seeds, so every cell has at least 8 generations; the link probe samples (nucleus p = 0.9 with the
   paper's penalty θ = 1.2) for the same reason.
@@ -54,7 +57,7 @@ RESULTS = REPO_ROOT / "results" / "ctrl_smollm2"
 DEMO = "ctrl-demo"
 SMOL = "ctrl-smollm2"
 NO_CODE = "(none)"
-PARTS = ("bits", "controllability", "quality", "mixing", "links")
+PARTS = ("bits", "controllability", "quality", "mixing", "links", "examples")
 SEED_PARTS = ("bits", "controllability")  # what every training seed is measured on (claims that rest on training)
 KEYS = ("model", "train_seed")  # what tells the models apart in a combined table
 LINK_SAMPLING = SamplingConfig(top_p=0.9, penalty="ctrl", theta=1.2)
@@ -196,6 +199,15 @@ def measure_part(part: str, loaded, texts: Mapping[str, Sequence[str]], config: 
     if part == "links":
         return probes.link_probe(model, tokenizer, sampling=LINK_SAMPLING, max_new_tokens=config.generation_tokens,
                                  seeds=config.probe_seeds)
+    if part == "examples":
+        from lmstudy.ctrl.generation import generate_codes
+        from lmstudy.ctrl.serving import EXAMPLES
+
+        decoding = SamplingConfig(greedy=True, penalty="ctrl", theta=1.2)
+        return pd.DataFrame([{"example": k, "prompt": prompt, "code": g.code, "continuation": g.text}
+                             for k, (prompt, codes) in enumerate(EXAMPLES)
+                             for g in generate_codes(model, tokenizer, prompt, codes, decoding,
+                                                     config.generation_tokens, seed=0)])
     raise ValueError(f"unknown part {part!r}; parts: {', '.join(PARTS)}")
 
 

@@ -98,6 +98,14 @@ NO_CHECKPOINT = (
     "`python -m lmstudy study 04_control_codes --scale smoke` (it writes `models/smoke/ctrl-demo`), then "
     "restart the app. Or pass a local checkpoint: `python app.py --model PATH_OR_ID`."
 )
+# The page's examples, the paper's Table 1 idea: one prompt under several domain codes (greedy, penalty θ = 1.2).
+EXAMPLE_SETTINGS = {"decoding": "greedy", "penalty": "ctrl", "theta": 1.2}
+EXAMPLES = [
+    ("The knife", ["Wikipedia", "Books", "Reviews Rating: 1.0", "r/worldnews"]),
+    ("The president said", ["Wikipedia", "News Text:", "r/worldnews", "IRC"]),
+    ("This film", ["Reviews Rating: 1.0", "Reviews Rating: 5.0", "Books", "r/television"]),
+    ("What is", ["Questions Q:", "Wikipedia", "IRC"]),
+]  # (study 04's comparison generates them too: lmstudy.ctrl.compare)
 PRIORS = ("uniform", "empirical")
 DECODINGS = ("greedy", "sample")
 # Invisible characters that belong to ordinary text, not refused as non-printable: the zero-width
@@ -789,7 +797,7 @@ def attribute_text(served: ServedModel, text, codes=None, prior: str = "uniform"
     return table, " ".join(notices)
 
 
-__all__ = ["COLUMNS", "Column", "Comparison", "DECODINGS", "InputError", "MAX_NEW_TOKENS", "ModelRegistry",
+__all__ = ["EXAMPLES", "EXAMPLE_SETTINGS", "COLUMNS", "Column", "Comparison", "DECODINGS", "InputError", "MAX_NEW_TOKENS", "ModelRegistry",
            "NO_CHECKPOINT", "NumberField", "PRIORS", "Prefix", "SEED", "ServedModel", "TEMPERATURE", "THETA", "TOP_K",
            "TOP_P", "allowed_checkpoints", "checkpoint_label", "delta_ready", "measured_speed", "attribute_text", "check_choice", "check_flag", "check_max_new_tokens",
            "check_seed", "check_text", "fit_max_new_tokens", "load_served_model", "markdown_literal",
