@@ -7,6 +7,7 @@ from __future__ import annotations
 import itertools
 
 import numpy as np
+import pytest
 import pandas as pd
 
 from lmstudy.claims import DOES_NOT_HOLD, HOLDS, ONE_SEED, RULE, WITHIN_NOISE
@@ -92,3 +93,25 @@ def test_the_comparison_claims_read_seeds_goals_and_both_models():
     assert row("Greedy sampling with θ ≈ 1.2 prevents", compare.SMOL)["verdict"] == HOLDS
     assert row("A control-code model fine-tuned from a well-pretrained", "side by side")["verdict"] == HOLDS
     assert ONE_SEED not in set(table["verdict"])  # every row has replicates
+
+
+def test_write_figures_from_per_model_tables(tmp_path):
+    rng = np.random.default_rng(1)
+    mixing, links = _probes(rng)
+    examples = pd.DataFrame([{"model": m, "train_seed": 0, "example": 0, "prompt": "The knife", "code": c,
+                              "continuation": f"{m} text {c}"} for m in SEEDS for c in ("Wikipedia", "Books")])
+    stacked = {"bits": _bits(rng), "controllability": _control(rng), "quality": _quality(rng), "mixing": mixing,
+               "links": links, "examples": examples}
+    for part, table in stacked.items():  # the layout compare() writes: results/<model>[/seed-N]/<part>.csv
+        for (model, seed), rows in table.groupby(["model", "train_seed"]):
+            folder = tmp_path / "results" / (model if seed == 0 else f"{model}/seed-{seed}")
+            folder.mkdir(parents=True, exist_ok=True)
+            rows.drop(columns=["model", "train_seed"]).to_csv(folder / f"{part}.csv", index=False)
+    paths = compare.write_figures(tmp_path / "figures", tmp_path / "results")
+    summary = pd.read_csv(paths["summary"]).set_index("measure")
+    assert list(summary.columns) == [compare.SMOL, compare.DEMO]
+    assert summary.loc["attribution top-1", compare.SMOL].endswith("(3 seeds)")  # seeds: mean ± sd
+    assert float(summary.loc["bits/byte, right code", compare.DEMO]) == pytest.approx(2.0, abs=0.02)
+    side = pd.read_csv(paths["examples"])
+    assert list(side.columns) == ["example", "prompt", "code", compare.SMOL, compare.DEMO] and len(side) == 2
+    assert paths["domains_plot"].stat().st_size > 10_000 and paths["confusion"].is_file()

@@ -114,7 +114,8 @@ def _train_smol(args) -> int:
 def _compare(args) -> int:
     import torch
 
-    from lmstudy.ctrl.compare import PARTS, CompareConfig, compare, default_models
+    from lmstudy.ctrl.compare import PARTS, RESULTS, CompareConfig, compare, default_models, parts_of, write_figures
+    from lmstudy.paths import figures_dir
 
     torch.set_num_threads(args.threads)
     models = default_models()
@@ -125,6 +126,13 @@ def _compare(args) -> int:
     written = compare({label: models[label] for label in args.models or models}, config, parts=args.parts or PARTS,
                       force=args.force)
     print(f"wrote {len(written)} table(s)" + "".join(f"\n  {path}" for path in written))
+    missing = [f"{label}/{part}" for label in models for part in parts_of(label)
+               if not (RESULTS / label / f"{part}.csv").is_file()]
+    if missing:
+        print(f"not yet measured: {', '.join(missing)}; the figures are drawn once every part is there")
+        return 0
+    figures = write_figures(figures_dir())
+    print("figures:" + "".join(f"\n  {path}" for path in figures.values()))
     return 0
 
 
@@ -173,7 +181,9 @@ def _register_ctrl(subparsers) -> None:
                     "document under every code and none, attribution, controllability, the judged repetition "
                     "sweep, code-mixing and link probes (8 generations a cell); the SmolLM2 model's other training "
                     "seeds on the parts that rest on training. Resumable: a part already written is kept (--force "
-                    "redoes). python -m lmstudy claims 04-smollm2 reads the tables.",
+                    "redoes). Once every part is measured, draws figures/04_smol_ctrl_* (summary, per-domain bits, "
+                    "confusion matrix, the app's examples side by side); python -m lmstudy claims 04-smollm2 reads "
+                    "the tables.",
     )
     side.add_argument("--models", nargs="+", help="labels: ctrl-demo ctrl-smollm2 ctrl-smollm2/seed-N (default: all)")
     side.add_argument("--parts", nargs="+", help="bits controllability quality mixing links (default: all)")

@@ -44,7 +44,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+import matplotlib.pyplot as plt
+import numpy as np
 import pandas as pd
+import seaborn as sns
 from tqdm.auto import tqdm
 
 from lmstudy.ctrl import probes, study
@@ -264,5 +267,95 @@ def combined(part: str, out: Path = RESULTS) -> pd.DataFrame:
     return table[[*KEYS, *[c for c in table.columns if c not in KEYS]]]
 
 
+# --------------------------------------------------------------------------------------------------
+# the published side-by-side table and figures
+
+
+def _spread(values) -> str:
+    """``mean`` for one value, ``mean ± sd (n)`` for several (the training seeds)."""
+    values = [float(v) for v in values]
+    if len(values) == 1:
+        return f"{values[0]:.3f}"
+    return f"{np.mean(values):.3f} ± {np.std(values, ddof=1):.3f} ({len(values)} seeds)"
+
+
+def summary_table(tables: Mapping[str, pd.DataFrame]) -> pd.DataFrame:
+    """One row per measure, one column per model (:data:`SMOL`, :data:`DEMO`): the side-by-side table of the docs.
+    Measures that rest on training are given over the training seeds (mean ± sd), the others on the first seed."""
+    from lmstudy.ctrl.claims import GREEDY, NUCLEUS, PENALISED
+
+    domains, attribution = domain_bits(tables["bits"]), attribution_rows(tables["bits"])
+    control, quality = tables["controllability"], tables["quality"]
+    mixing, links = tables["mixing"], tables["links"]
+    measures = {}
+    for model in (SMOL, DEMO):
+        column = {}
+        mine = domains[domains["model"] == model]
+        for name, key in (("bits/byte, right code", "right_code"), ("bits/byte, wrong codes", "wrong_code_mean"),
+                          ("bits/byte, no code", "no_code")):
+            column[name] = _spread(mine.groupby("train_seed")[key].mean())
+        rows = attribution[attribution["model"] == model]
+        column["attribution top-1"] = _spread(rows.groupby("train_seed")["correct"].mean())
+        column["attribution top-3"] = _spread(rows.groupby("train_seed")["true_rank"].apply(lambda r: (r <= 3).mean()))
+        column["controllability"] = _spread(control[control["model"] == model].groupby("train_seed")["correct"].mean())
+        first = quality[(quality["model"] == model) & (quality["train_seed"] == 0)]
+        by_setting = first.groupby("setting")
+        for setting, label in ((GREEDY, "greedy"), (PENALISED, "θ = 1.2"), (NUCLEUS, "nucleus")):
+            column[f"repeated 4-grams, {label}"] = f"{by_setting['repeated_4gram'].mean()[setting]:.3f}"
+            column[f"judged bits/byte, {label}"] = f"{by_setting['judge_bpb'].mean()[setting]:.3f}"
+        mixed = mixing[(mixing["model"] == model) & mixing["mixed"].astype(bool)]
+        both = mixed["template_kept"].fillna(0) * mixed["domain_kept"].fillna(0)
+        column["code-mixing: both kept"] = f"{both.mean():.3f} of {len(both)}"
+        followed = links[links["model"] == model]["mentions"].dropna()
+        column["links: value followed"] = f"{followed.mean():.3f} of {len(followed)}"
+        measures[model] = column
+    return pd.DataFrame(measures).rename_axis("measure").reset_index()
+
+
+def domain_plot(domains: pd.DataFrame) -> plt.Figure:
+    """Per domain, bits per byte under the right code (bars) and no code (points), both models side by side (the
+    SmolLM2 model: mean over its seeds)."""
+    mean = domains.groupby(["model", "domain"], sort=False)[["right_code", "no_code"]].mean().reset_index()
+    sns.set_theme(style="whitegrid")
+    figure, axis = plt.subplots(figsize=(11, 4.5))
+    sns.barplot(mean, x="domain", y="right_code", hue="model", hue_order=[SMOL, DEMO], ax=axis)
+    for k, model in enumerate((SMOL, DEMO)):
+        rows = mean[mean["model"] == model].set_index("domain").reindex(mean["domain"].unique())
+        axis.scatter([x + (k - 0.5) * 0.4 for x in range(len(rows))], rows["no_code"], marker="_", s=120,
+                     color="black", zorder=3, label="no code" if k == 0 else None)
+    axis.set(xlabel="", ylabel="bits per byte (held-out, lower is better)",
+             title="Held-out text under its own code (bars) and no code (marks)")
+    axis.tick_params(axis="x", rotation=60)
+    axis.legend()
+    figure.tight_layout()
+    return figure
+
+
+def write_figures(out: Path, results: Path = RESULTS) -> dict[str, Path]:
+    """The published side-by-side outputs from the measured tables into ``out``: ``04_smol_ctrl_summary.csv``,
+    ``04_smol_ctrl_domains.csv`` / ``.png``, ``04_smol_ctrl_confusion.png`` (the SmolLM2 model's first seed) and
+    ``04_smol_ctrl_examples.csv`` (both models' generations of the app's examples, side by side)."""
+    from lmstudy.ctrl.study import confusion_heatmap, confusion_matrix
+    from lmstudy.plots import save_figure
+
+    tables = {part: combined(part, results) for part in PARTS}
+    out.mkdir(parents=True, exist_ok=True)
+    paths = {"summary": out / "04_smol_ctrl_summary.csv", "domains": out / "04_smol_ctrl_domains.csv",
+             "examples": out / "04_smol_ctrl_examples.csv"}
+    summary_table(tables).to_csv(paths["summary"], index=False)
+    domains = domain_bits(tables["bits"])
+    domains.to_csv(paths["domains"], index=False)
+    paths["domains_plot"] = save_figure(domain_plot(domains), out / "04_smol_ctrl_domains.png")
+    rows = attribution_rows(tables["bits"]).query("model == @SMOL and train_seed == 0")
+    paths["confusion"] = save_figure(confusion_heatmap(confusion_matrix(rows), title="source attribution, "
+                                                       f"{SMOL} (bits of the first {CompareConfig.max_chars} "
+                                                       "characters, uniform prior)"), out / "04_smol_ctrl_confusion.png")
+    examples = tables["examples"].query("train_seed == 0")
+    examples.pivot_table(index=["example", "prompt", "code"], columns="model", values="continuation",
+                         aggfunc="first", sort=False)[[SMOL, DEMO]].reset_index().to_csv(paths["examples"], index=False)
+    return paths
+
+
 __all__ = ["CompareConfig", "DEMO", "NO_CODE", "PARTS", "RESULTS", "SMOL", "attribution_rows", "code_bits",
-           "combined", "compare", "default_models", "domain_bits", "measure_part", "parts_of", "smol_seed_models"]
+           "combined", "compare", "default_models", "domain_bits", "domain_plot", "measure_part", "parts_of",
+           "smol_seed_models", "summary_table", "write_figures"]
