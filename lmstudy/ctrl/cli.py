@@ -114,7 +114,7 @@ def _train_smol(args) -> int:
 def _compare(args) -> int:
     import torch
 
-    from lmstudy.ctrl.compare import PARTS, RESULTS, CompareConfig, compare, default_models, parts_of, write_figures
+    from lmstudy.ctrl.compare import PARTS, CompareConfig, compare, default_models, missing_parts, write_figures
     from lmstudy.paths import figures_dir
 
     torch.set_num_threads(args.threads)
@@ -126,8 +126,7 @@ def _compare(args) -> int:
     written = compare({label: models[label] for label in args.models or models}, config, parts=args.parts or PARTS,
                       force=args.force)
     print(f"wrote {len(written)} table(s)" + "".join(f"\n  {path}" for path in written))
-    missing = [f"{label}/{part}" for label in models for part in parts_of(label)
-               if not (RESULTS / label / f"{part}.csv").is_file()]
+    missing = missing_parts()
     if missing:
         print(f"not yet measured: {', '.join(missing)}; the figures are drawn once every part is there")
         return 0

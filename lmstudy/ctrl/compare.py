@@ -174,6 +174,12 @@ def parts_of(label: str) -> tuple[str, ...]:
     return SEED_PARTS if "/seed-" in label else PARTS
 
 
+def missing_parts(results: Path = RESULTS) -> list[str]:
+    """``label/part`` of every part of :func:`default_models` not yet measured under ``results``."""
+    return [f"{label}/{part}" for label in default_models() for part in parts_of(label)
+            if not (results / label / f"{part}.csv").is_file()]
+
+
 def measure_part(part: str, loaded, texts: Mapping[str, Sequence[str]], config: CompareConfig, shared: dict):
     """One part (module docstring) of one loaded model (``lmstudy.ctrl.model.ControlModel``); ``shared`` caches
     what every model uses (the domain and language classifiers, the judge)."""
@@ -357,5 +363,5 @@ def write_figures(out: Path, results: Path = RESULTS) -> dict[str, Path]:
 
 
 __all__ = ["CompareConfig", "DEMO", "NO_CODE", "PARTS", "RESULTS", "SMOL", "attribution_rows", "code_bits",
-           "combined", "compare", "default_models", "domain_bits", "domain_plot", "measure_part", "parts_of",
+           "combined", "compare", "default_models", "domain_bits", "domain_plot", "measure_part", "missing_parts", "parts_of",
            "smol_seed_models", "summary_table", "write_figures"]
