@@ -16,5 +16,9 @@ LMSTUDY_LOAD_MODEL=models/ctrl-smollm2 python -m pytest tests/test_app_load.py -
     2>&1 | tee results/ctrl_smollm2/app_load.txt
 LMSTUDY_UPDATE_SCREENSHOT=1 python -m pytest tests/test_app_browser.py -q -p no:cacheprovider || true
 python -m lmstudy ctrl compare --models ctrl-smollm2 ctrl-demo
+if [ -n "${LMSTUDY_CHECK_CLONE:-}" ]; then  # the CI of main on a fresh clone, while the machine is between jobs
+    rm -rf /tmp/fresh && git clone -q . /tmp/fresh && (cd /tmp/fresh && CI=true bash .ci/run) \
+        > logs/fresh_ci.log 2>&1 || echo "fresh-clone CI failed: logs/fresh_ci.log"
+fi
 python -m lmstudy ctrl train-smol --scale cpu                # the other seeds (resumes an interrupted one)
 python -m lmstudy ctrl compare
