@@ -20,5 +20,8 @@ if [ -n "${LMSTUDY_CHECK_CLONE:-}" ]; then  # the CI of main on a fresh clone, w
     rm -rf /tmp/fresh && git clone -q . /tmp/fresh && (cd /tmp/fresh && CI=true bash .ci/run) \
         > logs/fresh_ci.log 2>&1 || echo "fresh-clone CI failed: logs/fresh_ci.log"
 fi
-python -m lmstudy ctrl train-smol --scale cpu                # the other seeds (resumes an interrupted one)
-python -m lmstudy ctrl compare
+for seed in 1 2; do  # the other seeds, each measured as soon as trained (a resumed run picks up where it stopped)
+    python -m lmstudy ctrl train-smol --scale cpu --seeds "$seed"
+    python -m lmstudy ctrl compare --models "ctrl-smollm2/seed-$seed"
+done
+python -m lmstudy ctrl compare   # every part there: draws figures/04_smol_ctrl_*

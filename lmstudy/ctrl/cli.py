@@ -97,7 +97,8 @@ def _train_smol(args) -> int:
     overrides = {"seeds": args.seeds} if args.seeds else {}
     configs = smol_configs(args.scale, **overrides)
     export = args.export if args.export is not None else ("models/ctrl-smollm2" if args.scale == "cpu" else "")
-    for index, config in enumerate(configs):
+    first_seed = smol_configs(args.scale)[0].seed  # the app's model: the scale's first seed, whatever --seeds says
+    for config in configs:
         print(f"seed {config.seed}: {config.max_steps} steps x {config.batch_size} x {config.seq_len} tokens "
               f"({control_run(config).path})", flush=True)
         train_control_model(config)
@@ -106,7 +107,7 @@ def _train_smol(args) -> int:
               f"{metrics.get('train_s', float('nan')):.0f} s of training", flush=True)
         if export:  # the first seed is the app's model (a rule fixed before any seed ran); the others are kept for
             # the claims that rest on training (lmstudy.ctrl.compare)
-            folder = REPO_ROOT / export if index == 0 else RESULTS / "models" / f"seed-{config.seed}"
+            folder = REPO_ROOT / export if config.seed == first_seed else RESULTS / "models" / f"seed-{config.seed}"
             print(f"exported to {export_delta(config, folder, args.scale)}", flush=True)
     return 0
 
