@@ -711,7 +711,9 @@ def stream_comparison(served: ServedModel, comparison: Comparison) -> Iterator[l
 
 
 def parse_code_list(served: ServedModel, codes) -> list[str] | None:
-    """A comma-separated list (or a list) of codes; None (all codes) when empty for a control model."""
+    """A comma-separated list (or a list) of codes; all the model's codes when empty for a control model (its
+    ``control_codes.json`` list: a pretrained base's tokenizer may hold other ``<|...|>`` tokens, e.g. SmolLM2's
+    ``<|im_start|>``)."""
     if isinstance(codes, str):
         codes = codes.split(",")
     elif codes is not None and not isinstance(codes, (list, tuple)):
@@ -725,7 +727,7 @@ def parse_code_list(served: ServedModel, codes) -> list[str] | None:
                              "code is scored as a text prefix).")
         return [parse_code(served, name).code for name in names]
     if not names:
-        return None
+        return list(served.codes)
     checked = []
     for name in names:
         prefix = parse_code(served, name)
