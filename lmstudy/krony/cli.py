@@ -1,4 +1,5 @@
-"""The ``lmstudy krony`` commands: ``krony table`` prints the paper's parameter Tables 1 and 2; ``krony scratch``
+"""The ``lmstudy krony`` commands: ``krony table`` prints the paper's parameter Tables 1 and 2 (``--model smollm2``: the
+size classes of a Llama at the paper's ratios); ``krony scratch``
 trains notebook 03's scratch-arm pretraining alone (it needs no trained base, so on a GPU it trains beside the base's
 own pretraining: scripts/gpu_paper_runs.sh). The dense baselines beside the study: ``lmstudy study 03_kronecker
 --second-worker``."""
@@ -16,6 +17,8 @@ def register(subparsers) -> None:
         "table", help="the paper's parameter Tables 1 and 2, recomputed from the GPT-2 small config",
         description="Every row of Krony-PT Table 1 and the multi-factor rows of Table 2, beside the paper's numbers.",
     )
+    table.add_argument("--model", default="", help="a Llama-family model (e.g. smollm2, fetched): its size classes at "
+                       "the paper's three ratios instead (lmstudy.krony.llama)")
     table.set_defaults(handler=print_table)
     scratch = krony_commands.add_parser(
         "scratch", help="train notebook 03's scratch-arm pretraining alone (beside the base's, on a GPU)",
@@ -33,6 +36,14 @@ def register(subparsers) -> None:
 def print_table(args) -> int:
     """``lmstudy krony table``."""
     # Imported here: the Kronecker code needs torch and transformers, which `--help` should not wait for.
+    if args.model:
+        from transformers import AutoConfig
+
+        from lmstudy.krony.llama import parameter_table
+        from lmstudy.pretrained import resolve_pretrained
+
+        print(parameter_table(AutoConfig.from_pretrained(resolve_pretrained(args.model))).to_string(index=False))
+        return 0
     from lmstudy.krony.table import format_table
 
     print(format_table())

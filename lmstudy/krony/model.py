@@ -131,6 +131,8 @@ INITS = ("van_loan", "prune", "random")
 PER_TOKEN_MIN_WIDTH = 24  # KroneckerLinear.per_token: see the module docstring, "Speed"
 FUSED_MIN_SIDE = 6  # KroneckerLinear.fused: the fused kernel for factors at least this wide on every side
 MLP_MATRICES = ("c_fc", "c_proj")
+LLAMA_MATRICES = ("gate_proj", "up_proj", "down_proj")  # a Llama block's gated MLP (lmstudy.krony.llama)
+WIDENING, NARROWING = ("c_fc", "gate_proj", "up_proj"), ("c_proj", "down_proj")  # (out, in) = (I, d) / (d, I)
 
 Shape = tuple[int, int]
 
@@ -173,17 +175,19 @@ class KroneckerConfig:
             raise ValueError(f"a_shape must be two integers (rows, cols), got {self.a_shape}")
         if self.n_factors < 1:
             raise ValueError(f"n_factors must be at least 1, got {self.n_factors}")
-        unknown = set(self.matrices) - set(MLP_MATRICES)
-        if unknown or not self.matrices:
-            raise ValueError(f"matrices must be a non-empty subset of {MLP_MATRICES}, got {self.matrices}")
+        if not self.matrices or not (set(self.matrices) <= set(MLP_MATRICES)
+                                     or set(self.matrices) <= set(LLAMA_MATRICES)):
+            raise ValueError(f"matrices must be a non-empty subset of {MLP_MATRICES} (GPT-2) or of {LLAMA_MATRICES} "
+                             f"(Llama), got {self.matrices}")
 
     def a_shape_for(self, matrix: str) -> Shape:
-        """A's shape for ``c_fc`` (as given) or ``c_proj`` (transposed: its weight is c_fc's transposed)."""
-        if matrix == "c_fc":
+        """A's shape for ``c_fc`` (as given) or ``c_proj`` (transposed: its weight is c_fc's transposed); for a
+        Llama MLP, ``gate_proj`` and ``up_proj`` as ``c_fc``, ``down_proj`` as ``c_proj``."""
+        if matrix in WIDENING:
             return self.a_shape
-        if matrix == "c_proj":
+        if matrix in NARROWING:
             return self.a_shape[1], self.a_shape[0]
-        raise ValueError(f"unknown MLP matrix {matrix!r}; expected one of {MLP_MATRICES}")
+        raise ValueError(f"unknown MLP matrix {matrix!r}; expected one of {MLP_MATRICES + LLAMA_MATRICES}")
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -278,7 +282,8 @@ class KroneckerLinear(nn.Module):
     ``scalars=True`` (else ``None``) and ``bias (out,)``.
     """
 
-    def __init__(self, in_features: int, out_features: int, a_shape: Shape, n_factors: int = 1, scalars: bool = False) -> None:
+    def __init__(self, in_features: int, out_features: int, a_shape: Shape, n_factors: int = 1, scalars: bool = False,
+                 bias: bool = True) -> None:
         super().__init__()
         self.in_features, self.out_features = in_features, out_features
         self.a_shape = (int(a_shape[0]), int(a_shape[1]))
@@ -290,7 +295,9 @@ class KroneckerLinear(nn.Module):
         self.a_factors = nn.Parameter(a)  # (n_factors, p, q)
         self.b_factors = nn.Parameter(b)  # (n_factors, r, t)
         self.scalars = nn.Parameter(torch.ones(n_factors)) if scalars else None
-        self.bias = nn.Parameter(torch.zeros(out_features))
+        # A Llama MLP has no biases (bias=False): the plans and the fused kernel then add a zero buffer, not saved.
+        self.bias = nn.Parameter(torch.zeros(out_features)) if bias else None
+        self.register_buffer("zero_bias", None if bias else torch.zeros(out_features), persistent=False)
         # The cheaper contraction order and the plan are fixed by the shapes (see the module docstring).
         self.a_first = p * t * (q + r) <= q * r * (t + p)
         # Per-token batched matmuls pay off when each token's product is wide enough for the BLAS kernels:
@@ -311,15 +318,34 @@ class KroneckerLinear(nn.Module):
         cls, conv: Conv1D, a_shape: Shape, n_factors: int = 1, scalars: bool = False, init: str = "van_loan",
         std: float = 0.02, generator: torch.Generator | None = None,
     ) -> "KroneckerLinear":
-        """A factored copy of ``conv`` (same bias), initialised with ``init`` in ``INITS``.
+        """A factored copy of GPT-2's ``conv`` (same bias), initialised with ``init`` in ``INITS``.
 
         ``std`` is only used by ``random`` (and for the extra ``B`` factors of ``prune``).
         """
+        weight = conv.weight.detach().T  # HF (in, out) -> paper (out, in)
+        return cls.from_weight(weight, conv.bias, a_shape, n_factors, scalars, init, std, generator)
+
+    @classmethod
+    def from_linear(
+        cls, linear: nn.Linear, a_shape: Shape, n_factors: int = 1, scalars: bool = False, init: str = "van_loan",
+        std: float = 0.02, generator: torch.Generator | None = None,
+    ) -> "KroneckerLinear":
+        """A factored copy of an ``nn.Linear`` (a Llama MLP's ``gate_proj``, ``up_proj``, ``down_proj``; its bias, or
+        none), as :meth:`from_conv1d`."""
+        return cls.from_weight(linear.weight.detach(), linear.bias, a_shape, n_factors, scalars, init, std, generator)
+
+    @classmethod
+    def from_weight(
+        cls, weight: torch.Tensor, bias: torch.Tensor | None, a_shape: Shape, n_factors: int = 1,
+        scalars: bool = False, init: str = "van_loan", std: float = 0.02, generator: torch.Generator | None = None,
+    ) -> "KroneckerLinear":
+        """The layer of ``weight`` (paper orientation ``(out, in)``) and ``bias`` (None: a layer without one)."""
         if init not in INITS:
             raise ValueError(f"unknown init {init!r}; choose one of {', '.join(INITS)}")
-        weight = conv.weight.detach().T  # HF (in, out) -> paper (out, in)
+        out_features, in_features = weight.shape
         with torch.device(weight.device):  # build in place: no CPU round trip, free on the meta device
-            layer = cls(conv.nx, conv.nf, a_shape, n_factors, scalars).to(dtype=weight.dtype)
+            layer = cls(in_features, out_features, a_shape, n_factors, scalars, bias=bias is not None).to(
+                dtype=weight.dtype)
         options = dict(generator=generator, device=weight.device, dtype=weight.dtype)
         if init == "van_loan":
             a, b = van_loan(weight, layer.a_shape, layer.b_shape, rank=n_factors)
@@ -335,7 +361,8 @@ class KroneckerLinear(nn.Module):
         with torch.no_grad():
             layer.a_factors.copy_(a)
             layer.b_factors.copy_(b)
-            layer.bias.copy_(conv.bias)
+            if bias is not None:
+                layer.bias.copy_(bias)
         return layer
 
     def scaled_a_factors(self) -> torch.Tensor:
@@ -346,11 +373,11 @@ class KroneckerLinear(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """``x (..., in) -> (..., out)``: two contractions in the order and plan fixed at construction."""
-        a, b = self.scaled_a_factors(), self.b_factors  # (f, p, q), (f, r, t)
+        a, b, bias = self.scaled_a_factors(), self.b_factors, self.added_bias()  # (f, p, q), (f, r, t), (out,)
         if self.fused and fused.applies(x, a):
-            training = torch.is_grad_enabled() and any(t.requires_grad for t in (x, a, b, self.bias))
+            training = torch.is_grad_enabled() and any(t.requires_grad for t in (x, a, b, bias))
             a_first = self.fused_a_first if training else self.a_first
-            return fused.kronecker(x, a, b, self.bias, a_first, keep=training)  # (..., in) -> (..., out)
+            return fused.kronecker(x, a, b, bias, a_first, keep=training)  # (..., in) -> (..., out)
         x_matrix = x.reshape(-1, self.a_shape[1], self.b_shape[1])  # (..., in) -> (N, q, t), x[j*t + l] = X[j, l]
         if self.a_first:
             plan = self._a_first_per_token if self.per_token else self._a_first_gemm
@@ -384,7 +411,7 @@ class KroneckerLinear(nn.Module):
         y = w @ a.permute(2, 0, 1).reshape(q * f, p)  # summed over (j, f): (N*r, p), rows (token, k), columns i
         # The transpose back to (token, i, k) and the bias add in one pass: with the contiguous bias as the first
         # operand the sum comes out contiguous (the .view in forward would fail otherwise, never copy silently).
-        y = self.bias.view(p, r) + y.view(n, r, p).transpose(1, 2)  # (N, p, r), contiguous
+        y = self.added_bias().view(p, r) + y.view(n, r, p).transpose(1, 2)  # (N, p, r), contiguous
         return y.view(n, p * r)
 
     def _b_first_per_token(self, x: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
@@ -403,11 +430,16 @@ class KroneckerLinear(nn.Module):
         whole gradient again in backward (``CopySlices``). ``torch.matmul`` of a 3-D by a 2-D tensor folds into
         one GEMM and returns a non-view, as ``torch.bmm`` does.
         """
-        y += self.bias.view(y.shape[1:])
+        y += self.added_bias().view(y.shape[1:])
         return y.view(y.size(0), -1)
 
+    def added_bias(self) -> torch.Tensor:
+        """The bias the plans add: the parameter, or zeros for a layer without one (``bias=False``)."""
+        return self.bias if self.bias is not None else self.zero_bias
+
     def to_dense_weight(self) -> torch.Tensor:
-        """The folded weight ``sum_f s_f A_f ⊗ B_f`` in Hugging Face ``Conv1D`` layout ``(in, out)``."""
+        """The folded weight ``sum_f s_f A_f ⊗ B_f`` in Hugging Face ``Conv1D`` layout ``(in, out)`` (``.T``: an
+        ``nn.Linear``'s ``(out, in)``)."""
         (p, q), (r, t) = self.a_shape, self.b_shape
         blocks = torch.einsum("fpq,frt->prqt", self.scaled_a_factors(), self.b_factors)  # (p, r, q, t)
         return blocks.reshape(p * r, q * t).T  # (out, in) -> (in, out)
@@ -448,8 +480,8 @@ def compress(
     blocks = getattr(getattr(model, "transformer", None), "h", None)
     if blocks is None:
         raise ValueError(f"compress expects a GPT2LMHeadModel (with .transformer.h), got {type(model).__name__}: "
-                         "Kronecker factors replace GPT-2's MLP matrices (c_fc, c_proj); a Llama-family model's "
-                         "gated MLP (gate_proj, up_proj, down_proj) is not supported yet")
+                         "Kronecker factors replace GPT-2's MLP matrices (c_fc, c_proj); for a Llama-family "
+                         "model's gated MLP use lmstudy.krony.llama.compress_llama")
     # Check every target before touching any, so a bad call never leaves a half-compressed model.
     for index, block in enumerate(blocks):
         for matrix in config.matrices:
@@ -477,7 +509,8 @@ def kronecker_layers(model: nn.Module) -> list[tuple[str, KroneckerLinear]]:
 
 @torch.no_grad()
 def decompress(model: GPT2LMHeadModel) -> GPT2LMHeadModel:
-    """A plain dense copy of a compressed model: every ``KroneckerLinear`` folded back into a ``Conv1D``.
+    """A plain dense copy of a compressed model: every ``KroneckerLinear`` folded back into a ``Conv1D`` (a Llama
+    MLP's: into an ``nn.Linear``).
 
     The input model is left untouched (it can keep training); the copy has the same logits and can be
     saved with ``save_pretrained`` and evaluated like any GPT-2, as the official code does for evaluation.
@@ -487,10 +520,15 @@ def decompress(model: GPT2LMHeadModel) -> GPT2LMHeadModel:
         parent_name, _, attribute = name.rpartition(".")
         weight = layer.to_dense_weight()  # (in, out)
         with torch.device(weight.device):
-            conv = Conv1D(layer.out_features, layer.in_features).to(dtype=weight.dtype)
-        conv.weight.copy_(weight)
-        conv.bias.copy_(layer.bias)
-        setattr(dense.get_submodule(parent_name), attribute, conv)
+            if attribute in LLAMA_MATRICES:  # nn.Linear stores (out, in)
+                folded = nn.Linear(layer.in_features, layer.out_features, bias=layer.bias is not None)
+                folded.to(dtype=weight.dtype).weight.copy_(weight.T)
+            else:
+                folded = Conv1D(layer.out_features, layer.in_features).to(dtype=weight.dtype)
+                folded.weight.copy_(weight)
+        if layer.bias is not None:
+            folded.bias.copy_(layer.bias)
+        setattr(dense.get_submodule(parent_name), attribute, folded)
     return dense
 
 

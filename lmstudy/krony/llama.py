@@ -1,0 +1,149 @@
+"""Krony-PT on a Llama-family model (issue 49: SmolLM2-135M, the first well-trained model we have).
+
+A Llama block's MLP is gated, ``down(silu(gate(x)) * up(x))``, with three bias-free ``nn.Linear``: ``gate_proj`` and
+``up_proj`` of shape ``(I, d)`` in the paper's ``(out, in)`` orientation (GPT-2's ``c_fc``) and ``down_proj`` of shape
+``(d, I)`` (``c_proj``). :func:`compress_llama` replaces all three by :class:`lmstudy.krony.model.KroneckerLinear`
+(``from_linear``; no bias), gate and up with ``A = a_shape``, down with the transposed shape, so the three cost the
+same, as GPT-2's two do (:meth:`KroneckerConfig.a_shape_for`). Attention, norms and embeddings stay dense.
+``lmstudy.krony.model.decompress`` folds the factors back into ``nn.Linear`` layers (a plain Hugging Face Llama).
+
+**Size classes on SmolLM2** (:func:`llama_classes`). The paper's classes are sizes of GPT-2 small: 96M, 81M and 67M
+of 124M parameters (77%, 65%, 54%; :data:`lmstudy.krony.classes.PAPER_RATIOS`). SmolLM2's MLPs are 59% of its
+134.5M parameters (GPT-2 small's: 46%), so the paper's factor shapes would remove a different share. Each class
+here keeps the paper's *ratio*: among the paper's kind of factor shape, ``B = (r, 1)`` with ``r`` dividing the
+MLP width (the paper's 96M and 81M classes are ``B = (2, 1)`` and ``(4, 1)``), and 1 to :data:`MAX_FACTORS` factors
+(the most the paper's Table 6 sums), the configuration whose whole model is nearest the paper's ratio; a tie goes to fewer factors, then to the smaller ``r``. :func:`parameter_table` prints the result
+beside the paper's Table 1 rows.
+"""
+
+from __future__ import annotations
+
+import pandas as pd
+import torch
+from torch import nn
+from tqdm.auto import tqdm
+from transformers import LlamaConfig
+
+from lmstudy.krony.classes import CLASSES, PAPER_RATIOS
+from lmstudy.krony.model import (
+    INITS, LLAMA_MATRICES, KroneckerConfig, KroneckerLinear, factor_pair_parameters, partner_shape,
+)
+
+MAX_FACTORS = 4
+PAPER_PARAMETERS = {"96M": 95, "81M": 81, "67M": 67}  # the paper's Table 1 models (millions; GPT-2 small: 124)
+
+
+def _layers(model: nn.Module):
+    layers = getattr(getattr(model, "model", None), "layers", None)
+    if layers is None or not all(hasattr(layer, "mlp") for layer in layers):
+        raise ValueError(f"compress_llama expects a Llama-family causal LM (with .model.layers[i].mlp), got "
+                         f"{type(model).__name__}; for GPT-2 use lmstudy.krony.model.compress")
+    return layers
+
+
+def compress_llama(model: nn.Module, config: KroneckerConfig, init: str = "van_loan", *,
+                   generator: torch.Generator | None = None) -> nn.Module:
+    """Replace ``gate_proj`` / ``up_proj`` / ``down_proj`` (``config.matrices``, default all three) of every block
+    by a ``KroneckerLinear``, in place; returns ``model``. ``init``: ``van_loan`` or ``prune`` (from the current
+    weights) or ``random`` (std: the model's ``initializer_range``, Llama's own init)."""
+    if init not in INITS:
+        raise ValueError(f"unknown init {init!r}; choose one of {', '.join(INITS)}")
+    layers = _layers(model)
+    matrices = config.matrices if set(config.matrices) <= set(LLAMA_MATRICES) else None
+    if matrices is None:
+        raise ValueError(f"a Llama MLP's matrices are {LLAMA_MATRICES}; the config names {config.matrices} "
+                         "(give matrices=LLAMA_MATRICES)")
+    for index, layer in enumerate(layers):  # check every target before touching any
+        for matrix in matrices:
+            linear = getattr(layer.mlp, matrix)
+            if not isinstance(linear, nn.Linear):
+                raise ValueError(f"model.layers.{index}.mlp.{matrix} is a {type(linear).__name__}, not a dense "
+                                 "nn.Linear: already compressed? (lmstudy.krony.model.decompress gives it back)")
+            partner_shape(tuple(linear.weight.shape), config.a_shape_for(matrix))
+    std = getattr(model.config, "initializer_range", 0.02)
+    for layer in tqdm(layers, desc=f"Kronecker {init} init", leave=False):
+        for matrix in matrices:
+            factored = KroneckerLinear.from_linear(getattr(layer.mlp, matrix), config.a_shape_for(matrix),
+                                                   config.n_factors, config.scalars, init, std=std,
+                                                   generator=generator)
+            setattr(layer.mlp, matrix, factored)
+    return model
+
+
+def llama_config(a_shape, n_factors: int = 1, scalars: bool = False) -> KroneckerConfig:
+    """A :class:`KroneckerConfig` for all three matrices of a Llama MLP (``a_shape``: gate/up's A, ``(out, in)``)."""
+    return KroneckerConfig(a_shape=a_shape, n_factors=n_factors, scalars=scalars, matrices=LLAMA_MATRICES)
+
+
+# ---------------------------------------------------------------------------------------------------
+# parameters
+
+
+def _mlp_shapes(model_config: LlamaConfig) -> dict[str, tuple[int, int]]:
+    d, inner = model_config.hidden_size, model_config.intermediate_size
+    return {"gate_proj": (inner, d), "up_proj": (inner, d), "down_proj": (d, inner)}
+
+
+def llama_parameter_count(model_config: LlamaConfig) -> int:
+    """Parameters of a dense ``LlamaForCausalLM`` from its config alone (no weights)."""
+    d, inner, vocab = model_config.hidden_size, model_config.intermediate_size, model_config.vocab_size
+    head_dim = getattr(model_config, "head_dim", None) or d // model_config.num_attention_heads
+    q_out, kv_out = model_config.num_attention_heads * head_dim, model_config.num_key_value_heads * head_dim
+    attention = d * q_out + 2 * d * kv_out + q_out * d
+    if getattr(model_config, "attention_bias", False):
+        attention += q_out + 2 * kv_out + d
+    mlp = 3 * d * inner + ((2 * inner + d) if getattr(model_config, "mlp_bias", False) else 0)
+    per_layer = attention + mlp + 2 * d  # + the two RMSNorms' weights
+    lm_head = 0 if model_config.tie_word_embeddings else vocab * d
+    return vocab * d + model_config.num_hidden_layers * per_layer + d + lm_head  # + the final norm
+
+
+def llama_compressed_parameter_count(model_config: LlamaConfig, config: KroneckerConfig) -> int:
+    """Parameters of ``compress_llama(LlamaForCausalLM(model_config), config)`` from the configs alone."""
+    total = llama_parameter_count(model_config)
+    for matrix, shape in _mlp_shapes(model_config).items():
+        if matrix not in config.matrices:
+            continue
+        a_shape = config.a_shape_for(matrix)
+        factored = config.n_factors * factor_pair_parameters(a_shape, partner_shape(shape, a_shape))
+        factored += config.n_factors if config.scalars else 0
+        total += model_config.num_hidden_layers * (factored - shape[0] * shape[1])  # biases (if any) stay
+    return total
+
+
+def llama_classes(model_config: LlamaConfig) -> dict[str, KroneckerConfig]:
+    """The paper's three size classes on this Llama (module docstring: the paper's ratio, B = (r, 1), 1 to
+    :data:`MAX_FACTORS` factors)."""
+    inner, d = model_config.intermediate_size, model_config.hidden_size
+    dense = llama_parameter_count(model_config)
+    candidates = [llama_config((inner // r, d), factors) for r in range(2, inner + 1) if inner % r == 0
+                  for factors in range(1, MAX_FACTORS + 1)
+                  if factors <= min((inner // r) * d, r)]  # no more factors than the rank allows
+    chosen = {}
+    for name in CLASSES:
+        def distance(config: KroneckerConfig) -> tuple:
+            ratio = llama_compressed_parameter_count(model_config, config) / dense
+            return abs(ratio - PAPER_RATIOS[name]), config.n_factors, inner // config.a_shape[0]
+        chosen[name] = min(candidates, key=distance)
+    return chosen
+
+
+def parameter_table(model_config: LlamaConfig) -> pd.DataFrame:
+    """One row per class: the paper's GPT-2 model (parameters, share of 124M) beside this Llama's (A and B of
+    gate/up, factors, parameters, share of the dense model, share of the MLP kept)."""
+    dense = llama_parameter_count(model_config)
+    mlp = 3 * model_config.num_hidden_layers * model_config.hidden_size * model_config.intermediate_size
+    rows = []
+    for name, config in llama_classes(model_config).items():
+        shape = _mlp_shapes(model_config)["gate_proj"]
+        compressed = llama_compressed_parameter_count(model_config, config)
+        rows.append({"class": name, "paper_parameters_M": PAPER_PARAMETERS[name],
+                     "paper_ratio": round(PAPER_RATIOS[name], 4), "a_shape": config.a_shape,
+                     "b_shape": partner_shape(shape, config.a_shape), "factors": config.n_factors,
+                     "parameters": compressed, "ratio": round(compressed / dense, 4),
+                     "mlp_kept": round((compressed - (dense - mlp)) / mlp, 4)})
+    return pd.DataFrame(rows)
+
+
+__all__ = ["MAX_FACTORS", "PAPER_PARAMETERS", "compress_llama", "llama_classes", "llama_compressed_parameter_count",
+           "llama_config", "llama_parameter_count", "parameter_table"]
