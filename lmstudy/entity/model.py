@@ -114,20 +114,17 @@ ENTITY_INITS = ("ones", "learned")  # what an unwritten memory slot (and E_null)
 MEMORY_UPDATES = ("chunk", "mention")  # when mentions write the memory: end of the chunk, or after each mention
 
 
-class GPT2EConfig(GPT2Config):
-    """``GPT2Config`` plus the entity options (module docstring):
+class EntityOptions:
+    """The entity options of a model config (module docstring), for GPT-2 (:class:`GPT2EConfig`) and Llama
+    (:class:`lmstudy.entity.llama.LlamaEConfig`) alike:
 
-    - ``entity_layers``: indices of the blocks with entity attention (None: all, the paper; []: plain GPT-2);
+    - ``entity_layers``: indices of the blocks with entity attention (None: all, the paper; []: the plain model);
     - ``entity_init``: ``"ones"`` (the paper) or ``"learned"``: the initial entity state and ``E_null``;
     - ``memory_update``: ``"chunk"`` (written at the end of the chunk, the paper's per-step update) or
       ``"mention"`` (also within the chunk, after each mention ends: two passes).
     """
 
-    model_type = "gpt2e"
-
-    def __init__(self, entity_layers: list[int] | None = None, entity_init: str = "ones",
-                 memory_update: str = "chunk", **kwargs):
-        super().__init__(**kwargs)
+    def set_entity_options(self, entity_layers: list[int] | None, entity_init: str, memory_update: str) -> None:
         if entity_init not in ENTITY_INITS:
             raise ValueError(f"entity_init {entity_init!r} is not one of {ENTITY_INITS}")
         if memory_update not in MEMORY_UPDATES:
@@ -143,7 +140,18 @@ class GPT2EConfig(GPT2Config):
     @property
     def n_entity_layers(self) -> int:
         """How many blocks have entity attention."""
-        return sum(self.has_entity_layer(index) for index in range(self.n_layer))
+        return sum(self.has_entity_layer(index) for index in range(self.num_hidden_layers))
+
+
+class GPT2EConfig(EntityOptions, GPT2Config):
+    """``GPT2Config`` plus the entity options (:class:`EntityOptions`)."""
+
+    model_type = "gpt2e"
+
+    def __init__(self, entity_layers: list[int] | None = None, entity_init: str = "ones",
+                 memory_update: str = "chunk", **kwargs):
+        super().__init__(**kwargs)
+        self.set_entity_options(entity_layers, entity_init, memory_update)
 
 
 class EntityAttention(nn.Module):
@@ -163,16 +171,26 @@ class EntityAttention(nn.Module):
         self.resid_dropout = nn.Dropout(config.resid_pdrop)
 
     def forward(self, hidden_states: torch.Tensor, entity_states: torch.Tensor) -> torch.Tensor:
-        B, T, C = hidden_states.shape
-        q, v = self.qv_attn(self.ln_e(hidden_states)).split(C, dim=2)  # (B, T, C) each
+        q, v = self.qv_attn(self.ln_e(hidden_states)).split(self.n_embd, dim=2)  # (B, T, C) each
         k = self.k_attn(entity_states.to(hidden_states.dtype))  # (B, T, C)
-        # (B, T, C) -> (B, nh, T, hs)
-        q, k, v = (x.view(B, T, self.n_head, C // self.n_head).transpose(1, 2) for x in (q, k, v))
-        y = F.scaled_dot_product_attention(
-            q, k, v, is_causal=True, dropout_p=self.attn_pdrop if self.training else 0.0
-        )  # (B, nh, T, hs)
-        y = y.transpose(1, 2).reshape(B, T, C)  # (B, T, C)
+        y = causal_entity_attention(q, k, v, self.n_head, self.attn_pdrop if self.training else 0.0)  # (B, T, C)
         return self.resid_dropout(self.c_proj(y))
+
+    @torch.no_grad()
+    def zero_output(self) -> None:
+        """Zero the output projection: the sub-layer then adds nothing."""
+        self.c_proj.weight.zero_()
+        self.c_proj.bias.zero_()
+
+
+def causal_entity_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, n_head: int,
+                            dropout: float = 0.0) -> torch.Tensor:
+    """Causal multi-head attention of queries and values (from the hidden states) over keys (from the entity
+    states): (B, T, C) x 3 -> (B, T, C)."""
+    B, T, C = q.shape
+    q, k, v = (x.view(B, T, n_head, C // n_head).transpose(1, 2) for x in (q, k, v))  # (B, T, C) -> (B, nh, T, hs)
+    y = F.scaled_dot_product_attention(q, k, v, is_causal=True, dropout_p=dropout)  # (B, nh, T, hs)
+    return y.transpose(1, 2).reshape(B, T, C)  # (B, T, C)
 
 
 class EntityTransformerBlock(GPT2Block):
@@ -321,70 +339,39 @@ class GPT2EModel(GPT2Model):
                 init.normal_(projection.weight, mean=0.0, std=std)
 
 
-class GPT2E(GPT2PreTrainedModel):
-    """GPT-2 language model with Entity-Transformer blocks; parameter names match ``GPT2LMHeadModel``
-    (plus ``transformer.h.*.entity_attn.*`` and, with ``entity_init="learned"``, ``initial_entity``)."""
+class EntityLM:
+    """What the entity language models share (GPT2E here, :class:`lmstudy.entity.llama.LlamaE`): the memory, the
+    entity states read from it, and the forward pass (module docstring). A subclass provides ``backbone()`` (the
+    decoder stack: its forward hands ``entity_states`` to every block), ``blocks()`` and ``lm_head``."""
 
-    config_class = GPT2EConfig
-    _tied_weights_keys = {"lm_head.weight": "transformer.wte.weight"}
+    def backbone(self) -> nn.Module:
+        raise NotImplementedError
 
-    def __init__(self, config: GPT2EConfig):
-        super().__init__(config)
-        self.transformer = GPT2EModel(config)
-        self.lm_head = nn.Linear(config.n_embd, config.vocab_size, bias=False)
-        if config.entity_init == "learned" and config.n_entity_layers:
-            # Starts at the paper's ones: the learned-init model begins as the paper's model.
-            self.initial_entity = nn.Parameter(torch.ones(config.n_embd))
-        self.post_init()
-
-    def _init_weights(self, module):
-        super()._init_weights(module)
-        if module is self and hasattr(self, "initial_entity"):
-            init.ones_(self.initial_entity)
+    def blocks(self) -> nn.ModuleList:
+        raise NotImplementedError
 
     @property
     def has_entity_layers(self) -> bool:
-        """Whether any block has entity attention (False: our GPT2 baseline)."""
-        return any(isinstance(block, EntityTransformerBlock) for block in self.transformer.h)
-
-    def get_input_embeddings(self):
-        return self.transformer.wte
-
-    def set_input_embeddings(self, new_embeddings):
-        self.transformer.wte = new_embeddings
-
-    @classmethod
-    def from_gpt2(cls, gpt2: GPT2LMHeadModel, entity_layers: list[int] | None = None, entity_init: str = "ones",
-                  memory_update: str = "chunk") -> "GPT2E":
-        """GPT2E with ``gpt2``'s weights and a zero entity output projection: initially exactly GPT-2."""
-        settings = {k: v for k, v in gpt2.config.to_diff_dict().items() if k not in ("model_type", "architectures")}
-        config = GPT2EConfig(entity_layers=entity_layers, entity_init=entity_init, memory_update=memory_update,
-                             **settings)
-        model = cls(config)
-        missing, unexpected = model.load_state_dict(gpt2.state_dict(), strict=False)
-        if unexpected or any(".entity_attn." not in key and key != "initial_entity" for key in missing):
-            raise ValueError(f"GPT-2 weights do not fit GPT2E: missing {missing}, unexpected {unexpected}")
-        model.zero_entity_output()
-        return model
+        """Whether any block has entity attention (False: the plain baseline)."""
+        return any(hasattr(block, "entity_attn") for block in self.blocks())
 
     @torch.no_grad()
     def zero_entity_output(self) -> None:
-        """Zero every entity attention output projection: the model then computes GPT-2 exactly."""
-        for block in self.transformer.h:
-            if isinstance(block, EntityTransformerBlock):
-                block.entity_attn.c_proj.weight.zero_()
-                block.entity_attn.c_proj.bias.zero_()
+        """Zero every entity attention output projection: the model then computes its base model exactly."""
+        for block in self.blocks():
+            if hasattr(block, "entity_attn"):
+                block.entity_attn.zero_output()
 
     def initial_entity_state(self) -> torch.Tensor:
         """What an unwritten slot and ``E_null`` read (C,): ones, or the learned ``initial_entity``."""
         if hasattr(self, "initial_entity"):
             return self.initial_entity
-        return torch.ones(self.config.n_embd, device=self.lm_head.weight.device)
+        return torch.ones(self.config.hidden_size, device=self.lm_head.weight.device)
 
     def prepare_memory(self, entity_ids: torch.Tensor, memory: EntityMemory | tuple | None,
                        new_document: torch.Tensor | None) -> EntityMemory:
         """The memory to read for this chunk: fresh where ``new_document``, grown to fit the ids."""
-        B, n_embd = entity_ids.size(0), self.config.n_embd
+        B, n_embd = entity_ids.size(0), self.config.hidden_size
         n_slots = int(entity_ids.max().item()) + 1 if entity_ids.numel() else 1
         if memory is None:
             return initial_memory(B, n_slots, n_embd, entity_ids.device)
@@ -425,15 +412,71 @@ class GPT2E(GPT2PreTrainedModel):
         entity_ids = entity_ids.long()
         kwargs = {"position_ids": position_ids, "use_cache": False, **kwargs}
         if not self.has_entity_layers:
-            hidden = self.transformer(input_ids, **kwargs).last_hidden_state  # (B, T, C)
+            hidden = self.backbone()(input_ids, **kwargs).last_hidden_state  # (B, T, C)
             return GPT2EOutput(logits=self.lm_head(hidden), last_hidden_state=hidden)
         memory = self.prepare_memory(entity_ids, entity_memory, new_document)
         entity_states = read_entities(memory, entity_ids, self.initial_entity_state())  # (B, T, C)
         if self.config.memory_update == "mention":
             with torch.no_grad():  # pass 1: values, like the memory's (module docstring)
-                first = self.transformer(input_ids, entity_states=entity_states, **kwargs).last_hidden_state
+                first = self.backbone()(input_ids, entity_states=entity_states, **kwargs).last_hidden_state
             entity_states = mention_states(entity_ids, first, entity_states)  # (B, T, C)
-        hidden = self.transformer(input_ids, entity_states=entity_states, **kwargs).last_hidden_state  # (B, T, C)
+        hidden = self.backbone()(input_ids, entity_states=entity_states, **kwargs).last_hidden_state  # (B, T, C)
         logits = self.lm_head(hidden)  # (B, T, V)
         return GPT2EOutput(logits=logits, entity_memory=update_memory(memory, entity_ids, hidden),
                            last_hidden_state=hidden, entity_states=entity_states)
+
+
+class GPT2E(EntityLM, GPT2PreTrainedModel):
+    """GPT-2 language model with Entity-Transformer blocks; parameter names match ``GPT2LMHeadModel``
+    (plus ``transformer.h.*.entity_attn.*`` and, with ``entity_init="learned"``, ``initial_entity``)."""
+
+    config_class = GPT2EConfig
+    _tied_weights_keys = {"lm_head.weight": "transformer.wte.weight"}
+
+    def __init__(self, config: GPT2EConfig):
+        super().__init__(config)
+        self.transformer = GPT2EModel(config)
+        self.lm_head = nn.Linear(config.n_embd, config.vocab_size, bias=False)
+        if config.entity_init == "learned" and config.n_entity_layers:
+            # Starts at the paper's ones: the learned-init model begins as the paper's model.
+            self.initial_entity = nn.Parameter(torch.ones(config.n_embd))
+        self.post_init()
+
+    def _init_weights(self, module):
+        super()._init_weights(module)
+        if module is self and hasattr(self, "initial_entity"):
+            init.ones_(self.initial_entity)
+
+    def backbone(self) -> nn.Module:
+        return self.transformer
+
+    def blocks(self) -> nn.ModuleList:
+        return self.transformer.h
+
+    def get_input_embeddings(self):
+        return self.transformer.wte
+
+    def set_input_embeddings(self, new_embeddings):
+        self.transformer.wte = new_embeddings
+
+    @classmethod
+    def from_gpt2(cls, gpt2: GPT2LMHeadModel, entity_layers: list[int] | None = None, entity_init: str = "ones",
+                  memory_update: str = "chunk") -> "GPT2E":
+        """GPT2E with ``gpt2``'s weights and a zero entity output projection: initially exactly GPT-2."""
+        return with_entity_layers(cls, GPT2EConfig, gpt2, entity_layers, entity_init, memory_update)
+
+
+def with_entity_layers(model_class, config_class, base: nn.Module, entity_layers: list[int] | None,
+                       entity_init: str, memory_update: str):
+    """``model_class`` (an :class:`EntityLM`) with ``base``'s weights (a GPT-2 or a Llama of the same shape) and a
+    zero entity output projection: initially exactly ``base``."""
+    settings = {k: v for k, v in base.config.to_diff_dict().items() if k not in ("model_type", "architectures")}
+    config = config_class(entity_layers=entity_layers, entity_init=entity_init, memory_update=memory_update,
+                          **settings)
+    model = model_class(config)
+    missing, unexpected = model.load_state_dict(base.state_dict(), strict=False)
+    if unexpected or any(".entity_attn." not in key and key != "initial_entity" for key in missing):
+        raise ValueError(f"{type(base).__name__} weights do not fit {model_class.__name__}: missing {missing}, "
+                         f"unexpected {unexpected}")
+    model.zero_entity_output()
+    return model

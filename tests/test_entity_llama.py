@@ -1,0 +1,99 @@
+"""The entity sub-layer on Llama decoder layers (lmstudy/entity/llama.py), on a tiny random Llama in SmolLM2's layout:
+a zero output projection gives the base's logits exactly, the model is strictly causal in both memory modes, the
+memory carries from chunk to chunk, only the chosen layers get the sub-layer, and it saves and reloads as a Hugging
+Face folder with its config class."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from lmstudy.entity.llama import LlamaE, LlamaEConfig, LlamaEntityLayer
+from test_smollm2 import tiny_llama
+
+VOCAB = 97
+
+
+@pytest.fixture
+def base():
+    torch.set_num_threads(1)
+    return tiny_llama(VOCAB).double()
+
+
+def _inputs(seed=0, batch=2, length=16):
+    generator = torch.Generator().manual_seed(seed)
+    ids = torch.randint(VOCAB, (batch, length), generator=generator)
+    entities = torch.randint(0, 4, (batch, length), generator=generator)  # 0 = no entity, 1..3 = clusters
+    return ids, entities
+
+
+def _randomise_entity_output(model, seed=1):
+    generator = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for layer in model.blocks():
+            if isinstance(layer, LlamaEntityLayer):
+                weight = layer.entity_attn.o_proj.weight
+                weight.copy_(torch.randn(weight.shape, generator=generator, dtype=weight.dtype) * 0.1)
+
+
+def test_a_zero_output_projection_gives_the_base_logits_exactly(base):
+    ids, entities = _inputs()
+    model = LlamaE.from_llama(base).double().eval()
+    assert sum(isinstance(layer, LlamaEntityLayer) for layer in model.blocks()) == base.config.num_hidden_layers
+    with torch.no_grad():
+        reference = base(ids).logits
+        output = model(ids, entity_ids=entities)
+    assert torch.equal(output.logits, reference)
+    assert output.entity_memory is not None and output.entity_states.shape == (*ids.shape, base.config.hidden_size)
+    _randomise_entity_output(model)
+    with torch.no_grad():
+        assert not torch.allclose(model(ids, entity_ids=entities).logits, reference)
+
+
+@pytest.mark.parametrize("memory_update", ["chunk", "mention"])
+def test_strictly_causal(base, memory_update):
+    model = LlamaE.from_llama(base, memory_update=memory_update).double().eval()
+    _randomise_entity_output(model)
+    ids, entities = _inputs(batch=1)
+    cut = 9
+    changed_ids, changed_entities = ids.clone(), entities.clone()
+    changed_ids[:, cut:] = (changed_ids[:, cut:] + 5) % VOCAB
+    changed_entities[:, cut:] = (changed_entities[:, cut:] + 1) % 4
+    with torch.no_grad():
+        before = model(ids, entity_ids=entities).logits
+        after = model(changed_ids, entity_ids=changed_entities).logits
+    assert torch.allclose(before[:, :cut], after[:, :cut], atol=1e-12)
+    assert not torch.allclose(before[:, cut:], after[:, cut:])
+
+
+def test_the_memory_carries_across_chunks_and_resets_at_a_new_document(base):
+    model = LlamaE.from_llama(base).double().eval()
+    _randomise_entity_output(model)
+    ids, entities = _inputs()
+    with torch.no_grad():
+        first = model(ids, entity_ids=entities)
+        carried = model(ids, entity_ids=entities, entity_memory=first.entity_memory).logits
+        fresh = model(ids, entity_ids=entities).logits
+        reset = model(ids, entity_ids=entities, entity_memory=first.entity_memory,
+                      new_document=torch.tensor([True, True])).logits
+    assert first.entity_memory.written[:, 1:].any() and not first.entity_memory.written[:, 0].any()
+    assert not torch.allclose(carried, fresh) and torch.allclose(reset, fresh)
+
+
+def test_only_the_chosen_layers_and_a_folder_round_trip(base, tmp_path):
+    model = LlamaE.from_llama(base, entity_layers=[1], entity_init="learned").double().eval()
+    assert [isinstance(layer, LlamaEntityLayer) for layer in model.blocks()] == [False, True]
+    assert model.config.n_entity_layers == 1 and hasattr(model, "initial_entity")
+    _randomise_entity_output(model)
+    model.save_pretrained(tmp_path / "llamae")
+    loaded = LlamaE.from_pretrained(tmp_path / "llamae", dtype=torch.float64).eval()
+    assert isinstance(loaded.config, LlamaEConfig) and loaded.config.entity_layers == [1]
+    ids, entities = _inputs()
+    with torch.no_grad():
+        assert torch.equal(loaded(ids, entity_ids=entities).logits, model(ids, entity_ids=entities).logits)
+    plain = LlamaE.from_llama(base, entity_layers=[]).double().eval()
+    assert not plain.has_entity_layers
+    with torch.no_grad():
+        assert torch.equal(plain(ids, entity_ids=entities).logits, base(ids).logits)
+    with pytest.raises(ValueError, match="entity_init"):
+        LlamaEConfig(entity_init="zeros")
