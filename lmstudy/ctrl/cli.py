@@ -131,6 +131,9 @@ def _compare(args) -> int:
     if missing:
         print(f"not yet measured: {', '.join(missing)}; the figures are drawn once every part is there")
         return 0
+    seeds_missing = missing_parts(seeds=True)
+    if seeds_missing:
+        print(f"drawn without the seeds not yet measured: {', '.join(seeds_missing)}")
     figures = write_figures(figures_dir())
     print("figures:" + "".join(f"\n  {path}" for path in figures.values()))
     return 0

@@ -174,9 +174,12 @@ def parts_of(label: str) -> tuple[str, ...]:
     return SEED_PARTS if "/seed-" in label else PARTS
 
 
-def missing_parts(results: Path = RESULTS) -> list[str]:
-    """``label/part`` of every part of :func:`default_models` not yet measured under ``results``."""
-    return [f"{label}/{part}" for label in default_models() for part in parts_of(label)
+def missing_parts(results: Path = RESULTS, seeds: bool = False) -> list[str]:
+    """``label/part`` of the two compared models' parts (with ``seeds``: also the SmolLM2 model's other seeds')
+    not yet measured under ``results``. The figures and claims need the first kind; they use whichever other seeds
+    are there."""
+    labels = [label for label in default_models() if seeds or "/seed-" not in label]
+    return [f"{label}/{part}" for label in labels for part in parts_of(label)
             if not (results / label / f"{part}.csv").is_file()]
 
 
