@@ -72,3 +72,20 @@ def test_compare_writes_each_part_once_and_combines_them(tmp_path):
     with pytest.raises(FileNotFoundError, match="no control-code model"):
         compare.compare({"missing": tmp_path / "nothing"}, config, parts=["bits"], out=tmp_path)
     assert compare.parts_of("ctrl-smollm2/seed-1") == compare.SEED_PARTS and compare.parts_of("ctrl-demo") == compare.PARTS
+
+
+def test_a_text_past_the_context_is_scored_in_a_second_window(trained):  # noqa: F811
+    loaded, _, texts, _ = trained
+    limit = loaded.model.config.n_positions
+    words = " ".join(texts.valid["Alpha"] * 12).split()
+    text = next(" ".join(words[:n]) for n in range(1, len(words))  # longer than the context, within two windows
+                if len(loaded.tokenizer(" ".join(words[:n]), add_special_tokens=False)["input_ids"]) >= limit + 4)
+    ids = loaded.tokenizer(text, add_special_tokens=False)["input_ids"]
+    assert limit - 1 < len(ids) <= 2 * limit - 2
+    bits = compare.code_bits(loaded.model, loaded.tokenizer, {"Alpha": [text], "Beta": [text]}, max_chars=len(text))
+    first = bits[bits["domain"] == "Alpha"].set_index("condition")["nats"]
+    head, _ = code_log_likelihoods(loaded.model, loaded.tokenizer, text, ["Alpha", "Beta"])  # cut to the context
+    tail = first.loc["Alpha"] + head[0]
+    assert tail > 0 and first.loc["Beta"] + head[1] == pytest.approx(tail, rel=1e-6)  # the same tail for both
+    with pytest.raises(ValueError, match="two windows"):
+        compare.window_log_likelihood(loaded.model, ids * 3, limit - 1, limit)

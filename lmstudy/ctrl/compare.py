@@ -48,6 +48,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 import seaborn as sns
+import torch
 from tqdm.auto import tqdm
 
 from lmstudy.ctrl import probes, study
@@ -86,7 +87,10 @@ class CompareConfig:
 def code_bits(model, tokenizer, texts: Mapping[str, Sequence[str]], max_chars: int = 500) -> pd.DataFrame:
     """Every document of every domain (``texts``: code -> documents) cut to ``max_chars`` characters, scored
     under every code of ``texts`` and under no code (eos): one row per (domain, document, condition) with
-    ``nats`` (-log p) and the text's ``bytes``."""
+    ``nats`` (-log p) and the text's ``bytes``. A text longer than the model's context (the demo's 256 tokens:
+    a few News documents with many digits) has its last tokens scored in a window that no longer holds the code
+    (:func:`window_log_likelihood`): the same for every condition, so only the window's first part tells them
+    apart."""
     codes = list(texts)
     prefixes = [code_id(tokenizer, name) for name in codes] + [tokenizer.eos_token_id]
     conditions = [*codes, NO_CODE]
@@ -95,14 +99,29 @@ def code_bits(model, tokenizer, texts: Mapping[str, Sequence[str]], max_chars: i
     documents = [(domain, index, text[:max_chars]) for domain in codes for index, text in enumerate(texts[domain])]
     for domain, index, text in tqdm(documents, desc="bits per byte", unit="doc"):
         ids = tokenizer(text, add_special_tokens=False)["input_ids"]
-        if limit is not None and len(ids) > limit - 1:
-            raise ValueError(f"{max_chars} characters of a {domain} document are {len(ids)} tokens, more than the "
-                             f"model's context: lower max_chars")
-        nats = prefixed_log_likelihoods(model, ids, prefixes)
+        head = ids[: limit - 1] if limit is not None else ids  # what fits after the one-token prefix
+        nats = prefixed_log_likelihoods(model, head, prefixes)
+        if len(head) < len(ids):  # past the context: the code has left the window, the same for every condition
+            tail = window_log_likelihood(model, ids, len(head), limit)
+            nats = [value + tail for value in nats]
         size = len(text.encode("utf-8"))
         rows += [{"domain": domain, "document": index, "condition": condition, "nats": -value, "bytes": size}
                  for condition, value in zip(conditions, nats)]
     return pd.DataFrame(rows)
+
+
+@torch.no_grad()
+def window_log_likelihood(model, ids: Sequence[int], start: int, limit: int) -> float:
+    """``log p(ids[start:])`` (nats), each token given the ``limit - 1`` tokens before it (one window: the text must
+    end within ``2 * limit - 2`` tokens)."""
+    if len(ids) - start > limit - 1 or start < 1:
+        raise ValueError(f"a text of {len(ids)} tokens does not fit two windows of the model's {limit}-token context: "
+                         "lower max_chars")
+    device = next(model.parameters()).device
+    window = torch.tensor([list(ids[-limit:])], device=device)  # (1, L): the last `limit` tokens
+    log_probs = torch.log_softmax(model(input_ids=window[:, :-1]).logits.float(), dim=-1)  # (1, L-1, V)
+    picked = log_probs[0].gather(1, window[0, 1:, None]).squeeze(1)  # (L-1,): log p of window[1:]
+    return float(picked[-(len(ids) - start):].sum())
 
 
 def _bpb(frame: pd.DataFrame) -> float:
