@@ -55,6 +55,8 @@ PUBLISHED = {table.study: table for table in (
                    "Krony-PT 2024"),
     PublishedTable("04", "lmstudy.ctrl.claims:published_claims", "04_control_codes_claims.csv",
                    "Keskar et al. 2019, CTRL"),
+    PublishedTable("04-smollm2", "lmstudy.ctrl.compare_claims:published_claims", "04_smol_ctrl_claims.csv",
+                   "Keskar et al. 2019, CTRL: SmolLM2 + codes beside the demo model"),
 )}
 
 
