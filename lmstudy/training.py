@@ -395,8 +395,7 @@ def _finished(state: TrainState, config: TrainConfig) -> bool:
 
 
 def _final_metrics(state: TrainState) -> dict:
-    metrics = {"steps": state.step, "epochs": state.epoch, "stopped_early": state.stopped_early,
-               "train_s": round(state.train_seconds, 1)}
+    metrics = {"steps": state.step, "epochs": state.epoch, "stopped_early": state.stopped_early}
     metrics.update(state.last_metrics)
     if state.best_step is not None:
         metrics["best_step"] = state.best_step

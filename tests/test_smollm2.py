@@ -229,7 +229,7 @@ def test_methods_that_need_gpt2_blocks_refuse_a_llama_in_one_line(tiny_llama_fol
     with pytest.raises(ValueError, match="holds a LlamaForCausalLM; the entity study builds GPT2E"):
         entity_config._load_base("paper", str(tiny_llama_folder))
     model, _, _ = load_pretrained(str(tiny_llama_folder))
-    with pytest.raises(ValueError, match="got LlamaForCausalLM: .*gated MLP .*not supported yet"):
+    with pytest.raises(ValueError, match="got LlamaForCausalLM: .*gated MLP use lmstudy.krony.llama.compress_llama"):
         compress(model, KroneckerConfig(a_shape=(4, 8)))
 
 
