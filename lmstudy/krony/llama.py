@@ -26,7 +26,7 @@ from transformers import LlamaConfig
 
 from lmstudy.krony.classes import CLASSES, PAPER_RATIOS
 from lmstudy.krony.model import (
-    INITS, LLAMA_MATRICES, KroneckerConfig, KroneckerLinear, factor_pair_parameters, partner_shape,
+    INITS, LLAMA_MATRICES, KroneckerConfig, KroneckerLinear, factored_parameter_change, partner_shape,
 )
 
 MAX_FACTORS = 4
@@ -100,15 +100,8 @@ def llama_parameter_count(model_config: LlamaConfig) -> int:
 
 def llama_compressed_parameter_count(model_config: LlamaConfig, config: KroneckerConfig) -> int:
     """Parameters of ``compress_llama(LlamaForCausalLM(model_config), config)`` from the configs alone."""
-    total = llama_parameter_count(model_config)
-    for matrix, shape in _mlp_shapes(model_config).items():
-        if matrix not in config.matrices:
-            continue
-        a_shape = config.a_shape_for(matrix)
-        factored = config.n_factors * factor_pair_parameters(a_shape, partner_shape(shape, a_shape))
-        factored += config.n_factors if config.scalars else 0
-        total += model_config.num_hidden_layers * (factored - shape[0] * shape[1])  # biases (if any) stay
-    return total
+    return llama_parameter_count(model_config) + factored_parameter_change(
+        _mlp_shapes(model_config), config, model_config.num_hidden_layers)
 
 
 def llama_classes(model_config: LlamaConfig) -> dict[str, KroneckerConfig]:

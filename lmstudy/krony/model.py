@@ -572,12 +572,19 @@ def compressed_parameter_count(
     model_config: GPT2Config, config: KroneckerConfig, include_position_embeddings: bool = True,
 ) -> int:
     """Parameters of ``compress(GPT2LMHeadModel(model_config), config)`` from the configs alone."""
-    total = gpt2_parameter_count(model_config, include_position_embeddings)
-    for matrix, shape in _mlp_weight_shapes(model_config).items():
+    return (gpt2_parameter_count(model_config, include_position_embeddings)
+            + factored_parameter_change(_mlp_weight_shapes(model_config), config, model_config.n_layer))
+
+
+def factored_parameter_change(shapes: dict[str, Shape], config: KroneckerConfig, n_blocks: int) -> int:
+    """The parameters that factoring ``config.matrices`` (``shapes``: each MLP matrix's ``(out, in)``) in each of
+    ``n_blocks`` blocks adds (negative: removes); biases stay as they are."""
+    change = 0
+    for matrix, shape in shapes.items():
         if matrix not in config.matrices:
             continue
         a_shape = config.a_shape_for(matrix)
         factored = config.n_factors * factor_pair_parameters(a_shape, partner_shape(shape, a_shape))
         factored += config.n_factors if config.scalars else 0
-        total += model_config.n_layer * (factored - shape[0] * shape[1])  # biases stay as they are
-    return total
+        change += n_blocks * (factored - shape[0] * shape[1])
+    return change
