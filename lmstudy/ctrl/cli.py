@@ -6,7 +6,7 @@ the shell.
     python -m lmstudy attribute --model DIR "Rating: 5.0 A wonderful film."
     python -m lmstudy ctrl add-codes --model DIR --code Recipes=recipes/ --code Poems=poems.jsonl
     python -m lmstudy ctrl train-smol --scale cpu   # the SmolLM2 control-code model, 3 seeds (~2 h)
-    python -m lmstudy ctrl compare                  # ctrl-demo vs the SmolLM2 model, every measure (~1 h)
+    python -m lmstudy ctrl compare                  # ctrl-demo vs the SmolLM2 model, every measure (~20 min)
     python -m lmstudy ctrl quality   # study 04's judged repetition sweep and Rating: probe (lmstudy.ctrl.quality)
 
 ``register(subparsers)`` adds the three commands (the lead wires it into ``lmstudy/__main__.py``).

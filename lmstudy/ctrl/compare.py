@@ -3,7 +3,7 @@ from our base) and the SmolLM2 control-code model (``models/ctrl-smollm2`` and i
 LoRA + the code rows, :mod:`lmstudy.ctrl.smol_ctrl`), every measure of study 04 in units that compare across
 tokenizers.
 
-    python -m lmstudy ctrl compare            # every model, every part; resumable; ~1 h alone on the 2-core machine
+    python -m lmstudy ctrl compare    # every model, every part; resumable; 20 min for the two models, ~10 min a further seed
 
 **Bits per byte.** The two models cut text into different tokens (an 8k BPE vs SmolLM2's 49k), so per-token
 perplexities do not compare; every likelihood here is ``-log2 p(text | prefix) / bytes(text)`` over the *same
