@@ -193,15 +193,15 @@ def test_claims_without_the_judged_tables_say_how_to_make_them():
 
 def test_link_claim_counts_a_value_named_under_its_own_url_only():
     from lmstudy.claims import HOLDS, WITHIN_NOISE
-    from lmstudy.ctrl.claims import _link_rows
+    from lmstudy.ctrl.claims import link_rows
 
     links = pd.DataFrame({"probe": ["topic"] * 3, "value": ["grain", "crude", "acq"],
                           "continuation": ["grain prices rose", "crude oil fell", "the company said"],
                           "overlap": [0.1, 0.2, 0.1], "mentions": [1.0, 1.0, 0.0]})
-    steered, changed = _link_rows(links, "")
+    steered, changed = link_rows(links, "")
     assert steered.effect.mean == pytest.approx(2 / 3) and steered.effect.n == 3
     assert changed.verdict == HOLDS
     # The same value named under every URL is no steering at all.
     everywhere = links.assign(continuation=["grain", "grain", "grain"], mentions=[1.0, 0.0, 0.0])
-    steered, _ = _link_rows(everywhere, "")
+    steered, _ = link_rows(everywhere, "")
     assert steered.effect.mean == pytest.approx(0.0) and steered.verdict == WITHIN_NOISE

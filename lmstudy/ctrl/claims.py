@@ -190,7 +190,7 @@ def _controllability_rows(control: pd.DataFrame, arm: str, note: str) -> list[Cl
         f"40 tokens) that a TF-IDF classifier fitted on real held-out text assigns to its domain. {note}", digits=3)]
 
 
-def _by_continuation(quality: pd.DataFrame, setting: str, column: str) -> pd.Series:
+def by_continuation(quality: pd.DataFrame, setting: str, column: str) -> pd.Series:
     """``column`` of one decoding rule's continuations, indexed by (prompt, code): one side of a pairing."""
     rows = quality[quality["setting"] == setting]
     return rows.set_index(["prompt", "code"])[column].astype(float)
@@ -207,7 +207,7 @@ def _repetition_rows(repetition: pd.DataFrame, quality: pd.DataFrame | None, not
         published = (f"published sweep: {greedy['repeated_4gram']:.3f} greedy vs {penalised['repeated_4gram']:.3f}; "
                      f"own perplexity {greedy['perplexity']:.2f} vs {penalised['perplexity']:.2f}")
         if arm == DEMO_ARM and quality is not None:
-            before, after = (_by_continuation(quality, setting, "repeated_4gram") for setting in (GREEDY, PENALISED))
+            before, after = (by_continuation(quality, setting, "repeated_4gram") for setting in (GREEDY, PENALISED))
             rows.append(ClaimRow(
                 claim_repeat, paired(after, before, better="lower"), paper=PAPER_THETA_TEXT,
                 ours=f"{before.mean():.3f} greedy vs {after.mean():.3f} at θ = {PAPER_THETA:g} ({published})",
@@ -226,9 +226,9 @@ def _repetition_rows(repetition: pd.DataFrame, quality: pd.DataFrame | None, not
         rows += [ClaimRow.not_run(claim, why, paper=PAPER_THETA_TEXT, level=DEMO_ARM)
                  for claim in (claim_cost, claim_sample)]
     else:
-        greedy, penalised, nucleus = (_by_continuation(quality, setting, "judge_bpb")
+        greedy, penalised, nucleus = (by_continuation(quality, setting, "judge_bpb")
                                       for setting in (GREEDY, PENALISED, NUCLEUS))
-        own = {setting: _by_continuation(quality, setting, "perplexity").mean() for setting in (GREEDY, PENALISED,
+        own = {setting: by_continuation(quality, setting, "perplexity").mean() for setting in (GREEDY, PENALISED,
                                                                                                 NUCLEUS)}
         judged = (f"SmolLM2 bits per byte: greedy {greedy.mean():.3f}, θ = {PAPER_THETA:g} {penalised.mean():.3f}, "
                   f"nucleus {nucleus.mean():.3f} (the generator's own perplexity: {own[GREEDY]:.2f}, "
@@ -298,7 +298,7 @@ def _rating_rows(ratings: pd.DataFrame | None) -> list[ClaimRow]:
     return rows
 
 
-def _mixing_rows(mixing: pd.DataFrame, note: str, level: str = DEMO_ARM) -> list[ClaimRow]:
+def mixing_rows(mixing: pd.DataFrame, note: str, level: str = DEMO_ARM) -> list[ClaimRow]:
     """Code-mixing (Table 5): per mixed generation, the template kept, the domain kept, both."""
     mixed = mixing[mixing["mixed"].astype(bool)]
     reference = mixing[~mixing["mixed"].astype(bool)]  # each template under its own domain
@@ -328,7 +328,7 @@ def _mixing_rows(mixing: pd.DataFrame, note: str, level: str = DEMO_ARM) -> list
     ]
 
 
-def _link_rows(links: pd.DataFrame, note: str, level: str = DEMO_ARM,
+def link_rows(links: pd.DataFrame, note: str, level: str = DEMO_ARM,
                decoding: str = "greedy + θ = 1.2") -> list[ClaimRow]:
     """Link codes (Table 3): the changed part of the URL named in the text; the text changed at all."""
     steered = []
@@ -387,8 +387,8 @@ def claims(tables: Mapping[str, pd.DataFrame | None], runs: Mapping[str, str] | 
     rows += _probe_rows(tables, "attribution_examples", _table6_rows, "Table 6 probes", probe_note)
     rows += _repetition_rows(tables["repetition"], tables.get("quality"), run_note, runs)
     rows += _rating_rows(tables.get("ratings"))
-    rows += _probe_rows(tables, "mixing", _mixing_rows, "Code-mixing (Table 5)", probe_note)
-    rows += _probe_rows(tables, "links", _link_rows, "Link codes (Table 3)", probe_note)
+    rows += _probe_rows(tables, "mixing", mixing_rows, "Code-mixing (Table 5)", probe_note)
+    rows += _probe_rows(tables, "links", link_rows, "Link codes (Table 3)", probe_note)
     scratch_probes = ("the probes (Table 6 statements, code-mixing, links) ran on the chosen arm only, and the "
                       "scratch arm's weights were never committed")
     rows += [ClaimRow.not_run(claim, scratch_probes, level="scratch") for claim in (
@@ -402,5 +402,5 @@ def published_claims() -> pd.DataFrame:
     return claims(read_tables(), archived_runs())
 
 
-__all__ = ["ARMS", "BPB", "CLAIM_COST", "CLAIM_REPEAT", "CLAIM_SAMPLE", "NATS", "NO_COST_BPB", "PROBE_SOURCES", "PUNCTUATION_PAIRS", "SHARE", "TABLES",
+__all__ = ["ARMS", "BPB", "CLAIM_COST", "CLAIM_REPEAT", "CLAIM_SAMPLE", "by_continuation", "link_rows", "mixing_rows", "NATS", "NO_COST_BPB", "PROBE_SOURCES", "PUNCTUATION_PAIRS", "SHARE", "TABLES",
            "archived_runs", "claims", "published_claims", "read_tables"]

@@ -31,7 +31,7 @@ from lmstudy.claims import ClaimRow, Spread, against, claims_table, differences,
 from lmstudy.ctrl import compare
 from lmstudy.ctrl.claims import (
     BPB, CLAIM_COST, CLAIM_REPEAT, CLAIM_SAMPLE, GREEDY, NO_COST_BPB, NUCLEUS, PAPER_STEER, PAPER_TABLE6,
-    PAPER_THETA_TEXT, PENALISED, SHARE, _by_continuation, _link_rows, _mixing_rows,
+    PAPER_THETA_TEXT, PENALISED, SHARE, by_continuation, link_rows, mixing_rows,
 )
 from lmstudy.ctrl.study import attribution_summary
 
@@ -119,9 +119,9 @@ def _controllability_rows(control: pd.DataFrame, model: str) -> list[ClaimRow]:
 
 def _quality_rows(quality: pd.DataFrame, model: str) -> list[ClaimRow]:
     mine = quality[(quality["model"] == model) & (quality["train_seed"] == 0)]
-    greedy, penalised, nucleus = (_by_continuation(mine, setting, "judge_bpb") for setting in (GREEDY, PENALISED,
+    greedy, penalised, nucleus = (by_continuation(mine, setting, "judge_bpb") for setting in (GREEDY, PENALISED,
                                                                                                 NUCLEUS))
-    before, after = (_by_continuation(mine, setting, "repeated_4gram") for setting in (GREEDY, PENALISED))
+    before, after = (by_continuation(mine, setting, "repeated_4gram") for setting in (GREEDY, PENALISED))
     judged = (f"SmolLM2 bits per byte: greedy {greedy.mean():.3f}, θ = 1.2 {penalised.mean():.3f}, nucleus "
               f"{nucleus.mean():.3f}")
     common = f"replicates: the {len(greedy)} continuations (4 prompts x 21 codes, 40 tokens), paired across rules"
@@ -196,8 +196,8 @@ def claims(tables: dict[str, pd.DataFrame]) -> pd.DataFrame:
         mixing = tables["mixing"].query("model == @model and train_seed == 0")
         links = tables["links"].query("model == @model and train_seed == 0")
         note = "the app's model (first training seed); python -m lmstudy ctrl compare"
-        rows += _mixing_rows(mixing, note, level=model)
-        rows += _link_rows(links, note, level=model, decoding="nucleus p = 0.9 + θ = 1.2, 8 sampling seeds")
+        rows += mixing_rows(mixing, note, level=model)
+        rows += link_rows(links, note, level=model, decoding="nucleus p = 0.9 + θ = 1.2, 8 sampling seeds")
         rows += _goal_probe_rows(mixing, links, model)
     rows += _side_by_side_rows(domains, tables["quality"])
     return claims_table(rows)
