@@ -97,3 +97,27 @@ def test_only_the_chosen_layers_and_a_folder_round_trip(base, tmp_path):
         assert torch.equal(plain(ids, entity_ids=entities).logits, base(ids).logits)
     with pytest.raises(ValueError, match="entity_init"):
         LlamaEConfig(entity_init="zeros")
+
+
+def test_the_entity_study_data_trains_a_llamae(base):
+    """The study's pipeline (coreference documents -> entity ids per sub-token -> row-continuing batches, the
+    memory carried) drives LlamaE as it drives GPT2E: with the tiny Llama's tokenizer, on real GUM documents."""
+    from conftest import require_corpus
+    from transformers import AutoTokenizer
+
+    from lmstudy.entity.data import batch_loss, load_entity_documents, stream_batches
+    from test_smollm2 import BASE_TOKENIZER
+
+    require_corpus("gum")
+    tokenizer = AutoTokenizer.from_pretrained(BASE_TOKENIZER)
+    docs = load_entity_documents("gum", "train", tokenizer=tokenizer, limit=2)
+    assert any(any(e != 0 for e in doc.entity_ids) for doc in docs)
+    model = LlamaE.from_llama(tiny_llama(len(tokenizer)).double())
+    _randomise_entity_output(model)
+    memory, losses = None, []
+    for step, batch in zip(range(3), stream_batches(docs, 2, 32, tokenizer.eos_token_id)):
+        loss, memory = batch_loss(model, batch, memory)
+        loss.backward()
+        losses.append(float(loss))
+    assert all(torch.isfinite(torch.tensor(losses))) and memory.written.any()
+    assert all(p.grad is not None for p in model.blocks()[0].entity_attn.parameters())
