@@ -101,3 +101,21 @@ def test_smollm2_table_keeps_the_papers_ratios_and_matches_a_compressed_model():
         meta = LlamaForCausalLM(SMOLLM2)
     compress_llama(meta, config, "random")
     assert _count(meta) == table.loc["81M", "parameters"]
+
+
+def test_a_compressed_llama_exports_dense_and_factored(model, tmp_path):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from lmstudy.krony.export import export_dense, export_factored, load_factored
+    from test_smollm2 import BASE_TOKENIZER
+
+    tokenizer = AutoTokenizer.from_pretrained(BASE_TOKENIZER)
+    compress_llama(model, llama_config((16, 32), n_factors=2, scalars=True), "van_loan")
+    ids = torch.randint(97, (1, 10))
+    expected = _logits(model.eval(), ids)
+    factored = load_factored(export_factored(model, tokenizer, tmp_path / "factored"))
+    assert all(layer.bias is None for _, layer in kronecker_layers(factored))
+    assert torch.equal(_logits(factored, ids), expected)
+    dense = AutoModelForCausalLM.from_pretrained(export_dense(model, tokenizer, tmp_path / "dense"),
+                                                 dtype=torch.float64)
+    assert not kronecker_layers(dense) and torch.allclose(_logits(dense, ids), expected, atol=1e-9)

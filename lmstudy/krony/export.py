@@ -1,4 +1,5 @@
-"""Save a Kronecker-compressed GPT-2 in two forms: a plain dense Hugging Face folder, or the factored form.
+"""Save a Kronecker-compressed GPT-2 (or Llama: :mod:`lmstudy.krony.llama`) in two forms: a plain dense Hugging Face
+folder, or the factored form.
 
 - ``export_dense(model, tokenizer, path)``: every ``KroneckerLinear`` folded back into a dense ``Conv1D``
   (``lmstudy.krony.model.decompress``) and saved with ``save_pretrained``: ``config.json``,
@@ -9,15 +10,16 @@
 
   - ``config.json`` and ``generation_config.json``: the Hugging Face GPT-2 config of the dense model the
     factors replace (the skeleton ``load_factored`` builds);
-  - ``kronecker.json``: which layers are factored, with their ``a_shape``, ``b_shape``, ``n_factors`` and
-    whether they have per-factor scalars (``KRONECKER_FILE``, format ``FORMAT``);
+  - ``kronecker.json``: which layers are factored, with their ``a_shape``, ``b_shape``, ``n_factors``, whether
+    they have per-factor scalars and a bias (a Llama MLP has none; absent: a bias) (``KRONECKER_FILE``, format
+    ``FORMAT``);
   - ``kronecker_model.safetensors``: the model's tensors (``a_factors``, ``b_factors``, ``scalars``, the
     biases, attention and embeddings; tied embeddings stored once), nothing pickled;
   - the tokenizer files.
 
   The weights file is deliberately not called ``model.safetensors``: ``AutoModelForCausalLM`` on this
   folder then fails loudly ("no file named model.safetensors") instead of building a dense GPT-2 with
-  randomly initialised MLPs. ``load_factored`` rebuilds the model (``GPT2LMHeadModel`` from the config,
+  randomly initialised MLPs. ``load_factored`` rebuilds the model (``AutoModelForCausalLM`` from the config,
   the listed layers replaced by ``KroneckerLinear`` of the recorded shapes) and loads every tensor
   strictly, so the reloaded model computes the same logits bit for bit.
 """
@@ -29,7 +31,7 @@ from pathlib import Path
 
 import torch
 from safetensors.torch import load_model, save_model
-from transformers import GPT2Config, GPT2LMHeadModel, GenerationConfig
+from transformers import AutoConfig, AutoModelForCausalLM, GPT2LMHeadModel, GenerationConfig
 
 from lmstudy.krony.model import KroneckerLinear, decompress, kronecker_layers
 
@@ -63,6 +65,7 @@ def kronecker_layout(model: GPT2LMHeadModel) -> dict:
             "b_shape": list(layer.b_shape),
             "n_factors": layer.n_factors,
             "scalars": layer.scalars is not None,
+            "bias": layer.bias is not None,
         }
         for name, layer in kronecker_layers(model)
     ]
@@ -90,7 +93,7 @@ def export_factored(model: GPT2LMHeadModel, tokenizer, path: str | Path) -> Path
 
 
 def load_factored(path: str | Path) -> GPT2LMHeadModel:
-    """Load a folder written by ``export_factored``: the compressed ``GPT2LMHeadModel``, in eval mode.
+    """Load a folder written by ``export_factored``: the compressed model (GPT-2 or Llama), in eval mode.
 
     The tokenizer is in the same folder: ``AutoTokenizer.from_pretrained(path)``.
     """
@@ -102,11 +105,12 @@ def load_factored(path: str | Path) -> GPT2LMHeadModel:
             f"(found {layout.get('format')!r} v{layout.get('version')!r})"
         )
     dtype = getattr(torch, layout["dtype"])
-    model = GPT2LMHeadModel(GPT2Config.from_pretrained(str(path))).to(dtype)
+    model = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(str(path))).to(dtype)
     for entry in layout["layers"]:
         parent_name, _, attribute = entry["name"].rpartition(".")
         layer = KroneckerLinear(
             entry["in_features"], entry["out_features"], tuple(entry["a_shape"]), entry["n_factors"], entry["scalars"],
+            bias=entry.get("bias", True),
         ).to(dtype)
         if list(layer.b_shape) != entry["b_shape"]:
             raise ValueError(f"{entry['name']}: b_shape {entry['b_shape']} does not fit a_shape {entry['a_shape']}")
