@@ -96,6 +96,10 @@ def test_smollm2_table_keeps_the_papers_ratios_and_matches_a_compressed_model():
     assert list(table.index) == ["96M", "81M", "67M"]
     assert (abs(table["ratio"] - table["paper_ratio"]) < 0.04).all()  # the nearest B = (r, 1) with 1-4 factors
     assert table["ratio"].is_monotonic_decreasing
+    for name, row in table.iterrows():  # the dense baseline of a class's size: the nearest narrowed MLP
+        narrowed = LlamaConfig(**{**SMOLLM2.to_dict(), "intermediate_size": int(row["dense_inner"])})
+        step = 3 * SMOLLM2.hidden_size * SMOLLM2.num_hidden_layers
+        assert abs(llama_parameter_count(narrowed) - row["parameters"]) <= step / 2
     config = llama_classes(SMOLLM2)["81M"]
     with torch.device("meta"):  # SmolLM2's shapes without its weights
         meta = LlamaForCausalLM(SMOLLM2)

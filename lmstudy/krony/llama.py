@@ -104,6 +104,17 @@ def llama_compressed_parameter_count(model_config: LlamaConfig, config: Kronecke
         _mlp_shapes(model_config), config, model_config.num_hidden_layers)
 
 
+def matched_llama_inner(model_config: LlamaConfig, target_parameters: int) -> int:
+    """The MLP width (``intermediate_size``, 1 .. the model's) whose dense Llama has the parameter count nearest
+    ``target_parameters`` (the smaller one on a tie): the dense baselines' size for a class (a narrowed MLP).
+    The count is linear in the width: ``3 * d * layers`` parameters a unit."""
+    per_unit = 3 * model_config.hidden_size * model_config.num_hidden_layers
+    base = llama_parameter_count(model_config) - per_unit * model_config.intermediate_size  # without the MLPs
+    low = min(max((target_parameters - base) // per_unit, 1), model_config.intermediate_size)
+    candidates = [inner for inner in (low, low + 1) if 1 <= inner <= model_config.intermediate_size]
+    return min(candidates, key=lambda inner: (abs(base + per_unit * inner - target_parameters), inner))
+
+
 def llama_classes(model_config: LlamaConfig) -> dict[str, KroneckerConfig]:
     """The paper's three size classes on this Llama (module docstring: the paper's ratio, B = (r, 1), 1 to
     :data:`MAX_FACTORS` factors)."""
@@ -123,7 +134,8 @@ def llama_classes(model_config: LlamaConfig) -> dict[str, KroneckerConfig]:
 
 def parameter_table(model_config: LlamaConfig) -> pd.DataFrame:
     """One row per class: the paper's GPT-2 model (parameters, share of 124M) beside this Llama's (A and B of
-    gate/up, factors, parameters, share of the dense model, share of the MLP kept)."""
+    gate/up, factors, parameters, share of the dense model, share of the MLP kept, and ``dense_inner``: the MLP width
+    of the dense model of the same size, the distilled and narrowed baselines')."""
     dense = llama_parameter_count(model_config)
     mlp = 3 * model_config.num_hidden_layers * model_config.hidden_size * model_config.intermediate_size
     rows = []
@@ -134,9 +146,10 @@ def parameter_table(model_config: LlamaConfig) -> pd.DataFrame:
                      "paper_ratio": round(PAPER_RATIOS[name], 4), "a_shape": config.a_shape,
                      "b_shape": partner_shape(shape, config.a_shape), "factors": config.n_factors,
                      "parameters": compressed, "ratio": round(compressed / dense, 4),
-                     "mlp_kept": round((compressed - (dense - mlp)) / mlp, 4)})
+                     "mlp_kept": round((compressed - (dense - mlp)) / mlp, 4),
+                     "dense_inner": matched_llama_inner(model_config, compressed)})
     return pd.DataFrame(rows)
 
 
 __all__ = ["MAX_FACTORS", "PAPER_PARAMETERS", "compress_llama", "llama_classes", "llama_compressed_parameter_count",
-           "llama_config", "llama_parameter_count", "parameter_table"]
+           "llama_config", "llama_parameter_count", "matched_llama_inner", "parameter_table"]
