@@ -123,3 +123,21 @@ def test_a_compressed_llama_exports_dense_and_factored(model, tmp_path):
     dense = AutoModelForCausalLM.from_pretrained(export_dense(model, tokenizer, tmp_path / "dense"),
                                                  dtype=torch.float64)
     assert not kronecker_layers(dense) and torch.allclose(_logits(dense, ids), expected, atol=1e-9)
+
+
+def test_narrowing_keeps_the_strongest_neurons(model):
+    from lmstudy.krony.llama import narrow_mlp
+
+    ids = torch.randint(97, (1, 10))
+    assert torch.equal(_logits(narrow_mlp(model, 64), ids), _logits(model, ids))  # all kept: the same model
+    narrowed = narrow_mlp(model, 16)
+    assert narrowed.config.intermediate_size == 16 and model.config.intermediate_size == 64  # a copy
+    assert _count(narrowed) == llama_parameter_count(narrowed.config)
+    mlp, small = model.model.layers[0].mlp, narrowed.model.layers[0].mlp
+    x = torch.randn(3, 32, dtype=torch.float64)
+    hidden = torch.nn.functional.silu(mlp.gate_proj(x)) * mlp.up_proj(x)  # (3, 64): each neuron's activation
+    score = mlp.gate_proj.weight.norm(dim=1) * mlp.up_proj.weight.norm(dim=1) * mlp.down_proj.weight.norm(dim=0)
+    keep = score.topk(16).indices.sort().values
+    assert torch.allclose(small(x), hidden[:, keep] @ mlp.down_proj.weight[:, keep].T)
+    with pytest.raises(ValueError, match="between 1"):
+        narrow_mlp(model, 65)

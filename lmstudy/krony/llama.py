@@ -70,6 +70,39 @@ def compress_llama(model: nn.Module, config: KroneckerConfig, init: str = "van_l
     return model
 
 
+@torch.no_grad()
+def narrow_mlp(model: nn.Module, inner: int) -> nn.Module:
+    """A copy of the Llama ``model`` whose every MLP keeps ``inner`` of its neurons: the dense baselines' start
+    (the distilled model trains it with the teacher's soft targets, ``lmstudy.krony.distillation``; the narrowed
+    one without). DistilGPT2 starts its student from the teacher's weights, every other layer; here every layer is
+    kept and each MLP keeps the neurons with the largest ``|gate_i| |up_i| |down_:,i|`` (the norms of the neuron's
+    two input rows and its output column: its weight in the output up to the activation), in their order."""
+    import copy
+
+    layers = _layers(model)
+    width = model.config.intermediate_size
+    if not 1 <= inner <= width:
+        raise ValueError(f"inner must be between 1 and the MLP width {width}, got {inner}")
+    narrowed = copy.deepcopy(model)
+    narrowed.config.intermediate_size = inner
+    for layer, source in zip(_layers(narrowed), layers):
+        mlp = source.mlp
+        if not all(isinstance(getattr(mlp, m), nn.Linear) for m in LLAMA_MATRICES):
+            raise ValueError("narrow_mlp needs a dense MLP: decompress the model first")
+        score = (mlp.gate_proj.weight.norm(dim=1) * mlp.up_proj.weight.norm(dim=1)
+                 * mlp.down_proj.weight.norm(dim=0))  # (I,)
+        keep = score.topk(inner).indices.sort().values  # (inner,)
+        for matrix, rows in (("gate_proj", True), ("up_proj", True), ("down_proj", False)):
+            old = getattr(mlp, matrix)
+            weight = old.weight[keep] if rows else old.weight[:, keep]  # (inner, d) / (d, inner)
+            new = nn.Linear(weight.shape[1], weight.shape[0], bias=old.bias is not None).to(weight)
+            new.weight.copy_(weight)
+            if old.bias is not None:
+                new.bias.copy_(old.bias[keep] if rows else old.bias)
+            setattr(layer.mlp, matrix, new)
+    return narrowed
+
+
 def llama_config(a_shape, n_factors: int = 1, scalars: bool = False) -> KroneckerConfig:
     """A :class:`KroneckerConfig` for all three matrices of a Llama MLP (``a_shape``: gate/up's A, ``(out, in)``)."""
     return KroneckerConfig(a_shape=a_shape, n_factors=n_factors, scalars=scalars, matrices=LLAMA_MATRICES)
@@ -152,4 +185,4 @@ def parameter_table(model_config: LlamaConfig) -> pd.DataFrame:
 
 
 __all__ = ["MAX_FACTORS", "PAPER_PARAMETERS", "compress_llama", "llama_classes", "llama_compressed_parameter_count",
-           "llama_config", "llama_parameter_count", "matched_llama_inner", "parameter_table"]
+           "llama_config", "llama_parameter_count", "matched_llama_inner", "narrow_mlp", "parameter_table"]
