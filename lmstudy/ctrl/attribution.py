@@ -23,7 +23,7 @@ import torch
 
 from lmstudy.ctrl.codes import code_name
 from lmstudy.ctrl.data import code_id
-from lmstudy.ctrl.generation import tokenizer_codes
+from lmstudy.ctrl.generation import context_length, tokenizer_codes
 
 
 def posterior(log_likelihoods: Sequence[float], prior: Sequence[float] | None = None) -> list[float]:
@@ -58,7 +58,7 @@ def context_ids(model, tokenizer, text: str) -> list[int]:
     if not isinstance(text, str) or not text.strip():
         raise ValueError("the text to attribute is empty")
     ids = tokenizer(text, add_special_tokens=False)["input_ids"]
-    limit = getattr(model.config, "n_positions", None) or getattr(model.config, "max_position_embeddings", None)
+    limit = context_length(model)
     return ids[: limit - 1] if limit is not None else ids
 
 

@@ -48,12 +48,12 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 import seaborn as sns
-import torch
 from tqdm.auto import tqdm
 
 from lmstudy.ctrl import probes, study
 from lmstudy.ctrl.attribution import prefixed_log_likelihoods
 from lmstudy.ctrl.data import code_id
+from lmstudy.ctrl.generation import context_length
 from lmstudy.ctrl.sampling import SamplingConfig
 from lmstudy.paths import REPO_ROOT
 
@@ -94,7 +94,7 @@ def code_bits(model, tokenizer, texts: Mapping[str, Sequence[str]], max_chars: i
     codes = list(texts)
     prefixes = [code_id(tokenizer, name) for name in codes] + [tokenizer.eos_token_id]
     conditions = [*codes, NO_CODE]
-    limit = getattr(model.config, "n_positions", None) or getattr(model.config, "max_position_embeddings", None)
+    limit = context_length(model)
     rows = []
     documents = [(domain, index, text[:max_chars]) for domain in codes for index, text in enumerate(texts[domain])]
     for domain, index, text in tqdm(documents, desc="bits per byte", unit="doc"):
@@ -110,18 +110,15 @@ def code_bits(model, tokenizer, texts: Mapping[str, Sequence[str]], max_chars: i
     return pd.DataFrame(rows)
 
 
-@torch.no_grad()
 def window_log_likelihood(model, ids: Sequence[int], start: int, limit: int) -> float:
     """``log p(ids[start:])`` (nats), each token given the ``limit - 1`` tokens before it (one window: the text must
     end within ``2 * limit - 2`` tokens)."""
     if len(ids) - start > limit - 1 or start < 1:
         raise ValueError(f"a text of {len(ids)} tokens does not fit two windows of the model's {limit}-token context: "
                          "lower max_chars")
-    device = next(model.parameters()).device
-    window = torch.tensor([list(ids[-limit:])], device=device)  # (1, L): the last `limit` tokens
-    log_probs = torch.log_softmax(model(input_ids=window[:, :-1]).logits.float(), dim=-1)  # (1, L-1, V)
-    picked = log_probs[0].gather(1, window[0, 1:, None]).squeeze(1)  # (L-1,): log p of window[1:]
-    return float(picked[-(len(ids) - start):].sum())
+    window = list(ids[-limit:])  # the last `limit` tokens: ids[start:] after the tokens before them
+    tail = len(ids) - start
+    return -study.continuation_loss(model, window[:-tail], window[-tail:]) * tail
 
 
 def _bpb(frame: pd.DataFrame) -> float:
