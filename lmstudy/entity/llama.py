@@ -19,7 +19,6 @@ sub-layer adds ``4 d^2 + d`` = 1.33M parameters; all 30 add 40M (30% of the mode
 
 from __future__ import annotations
 
-import torch
 from torch import nn
 from transformers import LlamaConfig, LlamaForCausalLM
 from transformers import initialization as init
@@ -115,17 +114,13 @@ class LlamaE(EntityLM, LlamaPreTrainedModel):
         super().__init__(config)
         self.model = LlamaEModel(config)
         self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
-        if config.entity_init == "learned" and config.n_entity_layers:
-            # Starts at the paper's ones: the learned-init model begins as the paper's model.
-            self.initial_entity = nn.Parameter(torch.ones(config.hidden_size))
+        self.add_initial_entity(config)
         self.post_init()
 
     def _init_weights(self, module):
         super()._init_weights(module)
         if isinstance(module, LlamaEntityAttention):
             init.ones_(module.norm_e.weight)
-        if module is self and hasattr(self, "initial_entity"):
-            init.ones_(self.initial_entity)
 
     def backbone(self) -> nn.Module:
         return self.model

@@ -344,6 +344,17 @@ class EntityLM:
     entity states read from it, and the forward pass (module docstring). A subclass provides ``backbone()`` (the
     decoder stack: its forward hands ``entity_states`` to every block), ``blocks()`` and ``lm_head``."""
 
+    def add_initial_entity(self, config) -> None:
+        """With ``entity_init="learned"``: the learned initial entity state, starting at the paper's ones (so the
+        learned-init model begins as the paper's model)."""
+        if config.entity_init == "learned" and config.n_entity_layers:
+            self.initial_entity = nn.Parameter(torch.ones(config.hidden_size))
+
+    def _init_weights(self, module):
+        super()._init_weights(module)
+        if module is self and hasattr(self, "initial_entity"):
+            init.ones_(self.initial_entity)
+
     def backbone(self) -> nn.Module:
         raise NotImplementedError
 
@@ -437,15 +448,8 @@ class GPT2E(EntityLM, GPT2PreTrainedModel):
         super().__init__(config)
         self.transformer = GPT2EModel(config)
         self.lm_head = nn.Linear(config.n_embd, config.vocab_size, bias=False)
-        if config.entity_init == "learned" and config.n_entity_layers:
-            # Starts at the paper's ones: the learned-init model begins as the paper's model.
-            self.initial_entity = nn.Parameter(torch.ones(config.n_embd))
+        self.add_initial_entity(config)
         self.post_init()
-
-    def _init_weights(self, module):
-        super()._init_weights(module)
-        if module is self and hasattr(self, "initial_entity"):
-            init.ones_(self.initial_entity)
 
     def backbone(self) -> nn.Module:
         return self.transformer
