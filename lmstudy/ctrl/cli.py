@@ -92,7 +92,7 @@ def _train_smol(args) -> int:
     from lmstudy.ctrl.compare import RESULTS
     from lmstudy.ctrl.model import control_run, export_delta, smol_configs, train_control_model
     from lmstudy.paths import REPO_ROOT
-    from lmstudy.runs import read_log_records
+    from lmstudy.runs import training_seconds
 
     torch.set_num_threads(args.threads)
     overrides = {"seeds": args.seeds} if args.seeds else {}
@@ -104,7 +104,7 @@ def _train_smol(args) -> int:
               f"({control_run(config).path})", flush=True)
         train_control_model(config)
         run = control_run(config)
-        seconds = max((r.get("train_s", 0.0) for r in read_log_records(run.log_path)), default=float("nan"))
+        seconds = training_seconds(run)
         print(f"seed {config.seed}: val_loss {run.metrics.get('val_loss', float('nan')):.4f}, "
               f"{seconds:.0f} s of training", flush=True)
         if export:  # the first seed is the app's model (a rule fixed before any seed ran); the others are kept for

@@ -57,13 +57,12 @@ from typing import NamedTuple
 
 from lmstudy.ctrl.codes import CODES_FILE, code_token, with_codes, write_code_record
 from lmstudy.pretrained import load_pretrained
+from lmstudy.pretrained_fetch import FETCH_RECORD, HASH_KEYS, pretrained_record
 
 DELTA_RECORD = "smol_ctrl.json"
 ADAPTER_FILE = "adapter.safetensors"
 CODE_ROWS_FILE = "code_embeddings.safetensors"
-FETCH_RECORD = "lmstudy_fetch.json"
 LLAMA_PROJECTIONS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
-HASH_KEYS = ("wheel_sha256", "gguf_sha256", "parameters")
 
 
 @dataclass(frozen=True)
@@ -118,19 +117,6 @@ def trainable_parameters(model) -> dict[str, int]:
     return {name: p.numel() for name, p in model.named_parameters() if p.requires_grad}
 
 
-def base_record(base: str) -> dict:
-    """What identifies the base: its name and, for a fetched model, the hashes of ``lmstudy_fetch.json``."""
-    from lmstudy.pretrained import resolve_pretrained
-
-    folder = resolve_pretrained(base)
-    record = {"name": base}
-    fetch_file = folder / FETCH_RECORD
-    if fetch_file.is_file():
-        fetched = json.loads(fetch_file.read_text(encoding="utf-8"))
-        record.update({key: fetched[key] for key in HASH_KEYS if key in fetched})
-    return record
-
-
 def save_delta_model(peft_model, tokenizer, base: str, codes: list[str], mixture: dict[str, float],
                      settings: LoraSettings, path: str | Path) -> Path:
     """Write the adapter, the code rows and the records into ``path`` (module docstring); returns ``path``."""
@@ -151,7 +137,7 @@ def save_delta_model(peft_model, tokenizer, base: str, codes: list[str], mixture
     save_file({"rows": rows, "token_ids": torch.tensor(ids, dtype=torch.long)}, path / CODE_ROWS_FILE)
     added = {token: int(index) for token, index in tokenizer.get_added_vocab().items()
              if token in {code_token(name) for name in codes}}
-    record = {"base": base_record(base), "lora": {**asdict(settings), "targets": list(settings.targets)},
+    record = {"base": pretrained_record(base), "lora": {**asdict(settings), "targets": list(settings.targets)},
               "codes": list(codes), "added_tokens": added, "vocab_size": len(tokenizer)}
     (path / DELTA_RECORD).write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
     write_code_record(path, mixture)
@@ -176,7 +162,7 @@ def load_delta_model(path: str | Path, device: str | torch.device | None = None,
     record = read_delta_record(path)
     info = json.loads((path / CODES_FILE).read_text(encoding="utf-8"))
     base_name = base or record["base"]["name"]
-    found = base_record(base_name)
+    found = pretrained_record(base_name)
     for key in HASH_KEYS:
         if key in record["base"] and found.get(key) != record["base"][key]:
             raise ValueError(f"{path} was trained on a base with {key}={record['base'][key]}, but {base_name} has "
@@ -224,6 +210,6 @@ def fit_delta(config, texts, run, settings: LoraSettings = LoraSettings()) -> di
             "mixture": task.weights}
 
 
-__all__ = ["ADAPTER_FILE", "CODE_ROWS_FILE", "DELTA_RECORD", "DeltaModel", "LLAMA_PROJECTIONS", "LoraSettings", "base_record",
+__all__ = ["ADAPTER_FILE", "CODE_ROWS_FILE", "DELTA_RECORD", "DeltaModel", "LLAMA_PROJECTIONS", "LoraSettings",
            "base_with_codes", "code_ids_of", "fit_delta", "load_delta_model", "read_delta_record",
            "save_delta_model", "trainable_parameters", "with_lora"]

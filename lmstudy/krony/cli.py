@@ -1,5 +1,5 @@
 """The ``lmstudy krony`` commands: ``krony table`` prints the paper's parameter Tables 1 and 2 (``--model smollm2``: the
-size classes of a Llama at the paper's ratios); ``krony scratch``
+size classes of a Llama at the paper's ratios); ``krony smol`` runs the SmolLM2 comparison; ``krony scratch``
 trains notebook 03's scratch-arm pretraining alone (it needs no trained base, so on a GPU it trains beside the base's
 own pretraining: scripts/gpu_paper_runs.sh). The dense baselines beside the study: ``lmstudy study 03_kronecker
 --second-worker``."""
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 
 def register(subparsers) -> None:
-    """Add ``krony table`` and ``krony scratch`` to the ``lmstudy`` command line."""
+    """Add ``krony table``, ``krony smol`` and ``krony scratch`` to the ``lmstudy`` command line."""
     from lmstudy.scales import SCALES
 
     krony = subparsers.add_parser("krony", help="Krony-PT (Kronecker-factored GPT-2 MLPs) tools")
@@ -31,6 +31,53 @@ def register(subparsers) -> None:
     scratch.add_argument("-p", "--parameter", nargs=2, action="append", default=[], metavar=("KEY", "VALUE"),
                          help="a notebook 03 parameter, as for `lmstudy study` (give the study's)")
     scratch.set_defaults(handler=train_scratch)
+    smol = krony_commands.add_parser(
+        "smol", help="Krony-PT on SmolLM2: compressed vs distilled vs narrowed (issue 49)",
+        description="Compress the fetched SmolLM2's MLPs at the paper's size classes and compare them, after the same "
+        "continued training, with a distilled and a narrowed dense model of the same size (lmstudy.krony.smol). "
+        "Resumable: every model is a cached run. Writes results/krony_smollm2/<part>.csv.",
+    )
+    smol.add_argument("--scale", choices=["smoke", "cpu"], default="cpu")
+    smol.add_argument("--parts", nargs="+", choices=SMOL_PARTS, default=["central"],
+                      help="compressed: every class x init straight after compression (no training); central: the "
+                      "compare class's Krony inits, distilled and narrowed, seed 0, then the init chosen on validation "
+                      "and both dense models on the other seeds; table6: one vs several factors, with and without "
+                      "scalars (default: central)")
+    smol.add_argument("-p", "--parameter", nargs=2, action="append", default=[], metavar=("KEY", "VALUE"),
+                      help="a SmolKronyConfig setting, e.g. -p init_from path/to/llama")
+    smol.add_argument("--threads", type=int, default=2, help="torch threads (default 2)")
+    smol.add_argument("--out", default="", help="folder of the CSVs (default results/krony_smollm2, the smoke scale's "
+                      "in its smoke/ subfolder)")
+    smol.set_defaults(handler=run_smol)
+
+
+SMOL_PARTS = ("compressed", "central", "table6")
+
+
+def run_smol(args) -> int:
+    """``lmstudy krony smol``: the parts of the SmolLM2 comparison, each saved as a CSV and printed."""
+    from pathlib import Path
+
+    import torch
+
+    from lmstudy.krony import smol
+    from lmstudy.notebook_runner import parse_overrides
+    from lmstudy.paths import REPO_ROOT
+
+    torch.set_num_threads(args.threads)
+    config = smol.smol_config(args.scale, **parse_overrides(args.parameter))
+    default = REPO_ROOT / "results" / "krony_smollm2" / ("" if args.scale == "cpu" else args.scale)
+    out = Path(args.out) if args.out else default
+    out.mkdir(parents=True, exist_ok=True)
+    builders = {"compressed": smol.compressed_table, "central": smol.central_table, "table6": smol.table6}
+    for part in args.parts:
+        table = builders[part](config)
+        table.to_csv(out / f"{part}.csv", index=False)
+        shown = [c for c in ("model", "class", "init", "factors", "scalars", "seed", "parameters",
+                             "before_wikitext_bpb", "wikitext_bpb", "lambada_acc", "best_val_loss", "train_seconds")
+                 if c in table]
+        print(f"{part} -> {out / f'{part}.csv'}\n{table[shown].to_string(index=False)}", flush=True)
+    return 0
 
 
 def print_table(args) -> int:

@@ -22,9 +22,10 @@ from lmstudy.scales import SCALES, preset
 
 STUDY = "03_krony_shared"
 STUDY_NOTEBOOK = "03_kronecker"  # the notebook whose scale presets configure the study
-KINDS = ("krony", "distilled", "scratch")
+KINDS = ("krony", "distilled", "scratch", "narrowed")  # narrowed: the SmolLM2 study's (lmstudy.krony.smol)
 FINETUNE_SEED_OFFSET = 1000  # continued-training windows: not the base's own (seed 0) windows replayed
-LABELS = {"krony": "Krony", "distilled": "distilled", "scratch": "scratch, equal data"}
+LABELS = {"krony": "Krony", "distilled": "distilled", "scratch": "scratch, equal data",
+          "narrowed": "narrowed, no teacher"}
 
 
 @dataclass(frozen=True)

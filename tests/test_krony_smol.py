@@ -1,0 +1,93 @@
+"""Krony-PT on SmolLM2 (lmstudy.krony.smol), on a tiny random Llama standing in for SmolLM2: the models' sizes, the
+central comparison's runs and the choice of init on validation."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import torch
+
+sys.path.insert(0, str(Path(__file__).parent))
+from test_smollm2 import tiny_llama_folder  # noqa: E402,F401  (a fixture)
+
+from lmstudy.krony import smol  # noqa: E402
+from lmstudy.krony.config import ModelSpec  # noqa: E402
+from lmstudy.krony.llama import llama_compressed_parameter_count, llama_parameter_count  # noqa: E402
+from lmstudy.runs import get_run, read_log_records  # noqa: E402
+
+CORPORA = ("wikipedia", "litbank", "reddit", "imdb", "reuters21578", "bbc_news", "irc", "wikitext-2-raw", "lambada")
+
+
+@pytest.fixture
+def config(tiny_llama_folder, monkeypatch, tmp_path):
+    from conftest import require_corpus, runs_sharing_corpus_caches
+
+    for corpus in CORPORA:
+        require_corpus(corpus)
+    monkeypatch.setenv("LMSTUDY_RUNS", str(runs_sharing_corpus_caches(tmp_path / "runs")))
+    smol._teacher.cache_clear()
+    yield smol.smol_config("smoke", init_from=str(tiny_llama_folder))
+    smol._teacher.cache_clear()
+
+
+def test_models_have_their_class_sizes_and_random_factors_depend_on_the_seed(config):
+    teacher = smol._teacher(config.init_from)[0]
+    dense = llama_parameter_count(teacher.config)
+    for size_class, kron in smol.class_configs(config).items():
+        krony = smol.initial_model(config, smol.krony_spec(config, size_class, "van_loan"))
+        assert sum(p.numel() for p in krony.parameters()) == llama_compressed_parameter_count(teacher.config, kron)
+        narrowed = smol.initial_model(config, ModelSpec("narrowed", size_class))
+        width = narrowed.config.intermediate_size
+        assert width == smol.dense_inner(config, size_class) < teacher.config.intermediate_size
+        assert sum(p.numel() for p in narrowed.parameters()) < dense
+    spec = smol.krony_spec(config, "81M", "random")
+    first, again, other = (smol.initial_model(config, spec, seed) for seed in (0, 0, 1))
+    ids = torch.arange(10).unsqueeze(0)
+    with torch.no_grad():
+        assert torch.equal(first(ids).logits, again(ids).logits)
+        assert not torch.equal(first(ids).logits, other(ids).logits)
+    # the teacher is never changed by building students from it
+    assert llama_parameter_count(teacher.config) == dense == sum(p.numel() for p in teacher.parameters())
+
+
+def test_a_student_built_after_a_distillation_trains_every_weight(config):
+    smol.smol_continued_run(config, ModelSpec("distilled", "81M"))  # freezes the shared teacher
+    assert not any(p.requires_grad for p in smol._teacher(config.init_from)[0].parameters())
+    model = smol.initial_model(config, smol.krony_spec(config, "81M", "van_loan"))
+    assert all(p.requires_grad for p in model.parameters())
+
+
+def test_the_central_comparison_trains_every_model_and_chooses_the_init_on_validation(config):
+    table = smol.central_table(config)
+    first, second = table[table["seed"] == 0], table[table["seed"] == 1]
+    assert sorted(first["kind"]) == ["distilled", "krony", "krony", "krony", "narrowed"]
+    krony = first[first["kind"] == "krony"]
+    chosen = krony.loc[krony["best_val_loss"].idxmin(), "init"]
+    assert smol.best_init(table, "81M") == chosen
+    assert sorted(second["kind"]) == ["distilled", "krony", "narrowed"]
+    assert set(second.loc[second["kind"] == "krony", "init"]) == {chosen}
+    assert (table["finetune_tokens"] == config.finetune_steps * config.tokens_per_step).all()
+    assert (table["train_seconds"] > 0).all() and table["wikitext_bpb"].notna().all()
+    # the distilled and narrowed models start from the same weights, and training changed them apart
+    dense = first.set_index("kind").loc[["distilled", "narrowed"]]
+    assert dense["before_wikitext_bpb"].nunique() == 1 and dense["wikitext_bpb"].nunique() == 2
+    # the distilled model's loss had the teacher's term
+    run = get_run(smol.STUDY, smol.continued_identity(config, ModelSpec("distilled", "81M"), 0))
+    assert any("kd" in record for record in read_log_records(run.log_path))
+    # a second call reads every run back
+    again = smol.central_table(config)
+    pd.testing.assert_frame_equal(table, again)
+
+
+@pytest.mark.parametrize("overrides, message", [
+    ({"finetune_tokens": 10}, "less than one step"),
+    ({"classes": ["50M"]}, "unknown size class"),
+    ({"inits": []}, "inits must be"),
+    ({"learning_rate": 1.0}, "not a setting"),
+])
+def test_bad_settings_are_refused(overrides, message):
+    with pytest.raises(ValueError, match=message):
+        smol.smol_config("smoke", **overrides)
