@@ -60,8 +60,14 @@ def test_a_student_built_after_a_distillation_trains_every_weight(config):
     assert all(p.requires_grad for p in model.parameters())
 
 
-def test_the_central_comparison_trains_every_model_and_chooses_the_init_on_validation(config):
-    table = smol.central_table(config)
+def test_the_central_comparison_trains_every_model_and_chooses_the_init_on_validation(config, tmp_path):
+    from lmstudy.__main__ import main
+
+    out = tmp_path / "out"
+    assert main(["krony", "smol", "--scale", "smoke", "--parts", "central", "trend", "-p", "init_from",
+                 config.init_from, "--out", str(out), "--threads", "1"]) == 0
+    assert (out / "base.csv").is_file() and (out / "03_krony_quality_trend.png").is_file()
+    table = pd.read_csv(out / "central.csv")
     first, second = table[table["seed"] == 0], table[table["seed"] == 1]
     assert sorted(first["kind"]) == ["distilled", "krony", "krony", "krony", "narrowed"]
     krony = first[first["kind"] == "krony"]
@@ -79,7 +85,8 @@ def test_the_central_comparison_trains_every_model_and_chooses_the_init_on_valid
     assert any("kd" in record for record in read_log_records(run.log_path))
     # a second call reads every run back
     again = smol.central_table(config)
-    pd.testing.assert_frame_equal(table, again)
+    assert again["wikitext_bpb"].tolist() == pytest.approx(table["wikitext_bpb"].tolist(), rel=1e-12)
+    assert again["train_seconds"].tolist() == pytest.approx(table["train_seconds"].tolist(), rel=1e-12)
 
 
 @pytest.mark.parametrize("overrides, message", [
@@ -91,3 +98,29 @@ def test_the_central_comparison_trains_every_model_and_chooses_the_init_on_valid
 def test_bad_settings_are_refused(overrides, message):
     with pytest.raises(ValueError, match=message):
         smol.smol_config("smoke", **overrides)
+
+
+def test_the_quality_trend_adds_smollm2_from_its_central_table(tmp_path):
+    """The completed trend: our committed cpu and GPU points, plus SmolLM2's seeds from a central table (made up
+    here), the Krony init being the one with the lowest validation loss."""
+    from lmstudy.krony import quality_trend
+
+    without = quality_trend.trend_points(tmp_path)  # no SmolLM2 results yet: the six committed points alone
+    assert set(without["setting"]) == {"our base (cpu)", "GPT-2 small dims (GPU)"}
+    rows = [{"kind": "krony", "class": "81M", "init": init, "seed": 0, "best_val_loss": loss, "wikitext_bpb": bpb}
+            for init, loss, bpb in (("van_loan", 2.0, 1.10), ("prune", 2.1, 0.90), ("random", 3.0, 1.50))]
+    rows += [{"kind": "krony", "class": "81M", "init": "van_loan", "seed": seed, "best_val_loss": 2.0,
+              "wikitext_bpb": 1.10 + seed / 100} for seed in (1, 2)]
+    rows += [{"kind": kind, "class": "81M", "init": None, "seed": seed, "best_val_loss": 2.0,
+              "wikitext_bpb": 1.00 + seed / 100 + (kind == "narrowed")} for kind in ("distilled", "narrowed")
+             for seed in (0, 1, 2)]
+    pd.DataFrame(rows).to_csv(tmp_path / "central.csv", index=False)
+    pd.DataFrame([{"kind": "base", "wikitext_bpb": 0.95}]).to_csv(tmp_path / "base.csv", index=False)
+    points = quality_trend.trend_points(tmp_path)
+    smol_points = points[points["setting"] == "SmolLM2-135M"]
+    assert list(smol_points["seed"]) == [0, 1, 2] and (smol_points["base_bpb"] == 0.95).all()
+    assert smol_points["gap"].round(6).tolist() == [0.1, 0.1, 0.1]  # van_loan (lowest validation loss) - distilled
+    table = quality_trend.quality_claims(points)
+    assert len(table) == len(without.groupby(["setting", "checkpoint"])) + 1
+    assert table["level"].is_monotonic_increasing  # worst base first
+    assert table.iloc[-1]["verdict"] == "does not hold"  # Krony 0.1 bits per byte behind at every seed

@@ -42,7 +42,7 @@ def register(subparsers) -> None:
                       help="compressed: every class x init straight after compression (no training); central: the "
                       "compare class's Krony inits, distilled and narrowed, seed 0, then the init chosen on validation "
                       "and both dense models on the other seeds; table6: one vs several factors, with and without "
-                      "scalars (default: central)")
+                      "scalars; trend: figures/03_krony_quality_trend.{csv,png} from the results (default: central)")
     smol.add_argument("-p", "--parameter", nargs=2, action="append", default=[], metavar=("KEY", "VALUE"),
                       help="a SmolKronyConfig setting, e.g. -p init_from path/to/llama")
     smol.add_argument("--threads", type=int, default=2, help="torch threads (default 2)")
@@ -51,13 +51,14 @@ def register(subparsers) -> None:
     smol.set_defaults(handler=run_smol)
 
 
-SMOL_PARTS = ("compressed", "central", "table6")
+SMOL_PARTS = ("compressed", "central", "table6", "trend")
 
 
 def run_smol(args) -> int:
     """``lmstudy krony smol``: the parts of the SmolLM2 comparison, each saved as a CSV and printed."""
     from pathlib import Path
 
+    import pandas as pd
     import torch
 
     from lmstudy.krony import smol
@@ -70,7 +71,12 @@ def run_smol(args) -> int:
     out = Path(args.out) if args.out else default
     out.mkdir(parents=True, exist_ok=True)
     builders = {"compressed": smol.compressed_table, "central": smol.central_table, "table6": smol.table6}
+    if set(args.parts) & set(builders):
+        pd.DataFrame([smol.base_row(config)]).to_csv(out / "base.csv", index=False)
     for part in args.parts:
+        if part == "trend":
+            _draw_quality_trend(out, into=None if args.scale == "cpu" and not args.out else out)
+            continue
         table = builders[part](config)
         table.to_csv(out / f"{part}.csv", index=False)
         shown = [c for c in ("model", "class", "init", "factors", "scalars", "seed", "parameters",
@@ -78,6 +84,22 @@ def run_smol(args) -> int:
                  if c in table]
         print(f"{part} -> {out / f'{part}.csv'}\n{table[shown].to_string(index=False)}", flush=True)
     return 0
+
+
+def _draw_quality_trend(results, into=None) -> None:
+    """The completed trend (lmstudy.krony.quality_trend) with the SmolLM2 results in ``results``, drawn into
+    ``into`` (default figures/: the published one)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from lmstudy.krony.quality_trend import plot_quality_trend, summary, trend_points
+    from lmstudy.paths import figures_dir
+
+    into = into or figures_dir()
+    points = trend_points(results)
+    points.to_csv(into / "03_krony_quality_trend.csv", index=False)
+    plot_quality_trend(points).savefig(into / "03_krony_quality_trend.png", dpi=120)
+    print(f"trend -> {into / '03_krony_quality_trend.png'}\n{summary(points).to_string(index=False)}")
 
 
 def print_table(args) -> int:
