@@ -11,7 +11,10 @@ at three sizes:
   column, in the paper's (out, in) layout of ``c_fc``), one factor pair;
 - ``ours 192->768`` and ``ours 768->192``: ``c_fc`` and ``c_proj`` of the shared base (a 3x192 GPT-2, MLP 768)
   with the Krony study's size classes (``lmstudy.krony.classes.class_a_shape``; ``c_proj`` uses A transposed, as
-  ``compress`` does) and the Table 6 variants of the 67M class (4 factors, with and without scalars).
+  ``compress`` does) and the Table 6 variants of the 67M class (4 factors, with and without scalars);
+- ``smollm2 576->1536`` and ``smollm2 1536->576``: SmolLM2's gate/up and down projections (bias-free
+  ``nn.Linear``) with its size classes (``lmstudy.krony.llama.llama_classes``: ``B = (r, 1)``, so no factor is 8
+  wide and the goal does not apply) and balanced schemes whose factors are at least 8 wide on every side.
 
 The input requires a gradient (as inside a network), so backward computes the input gradient and the factor
 gradients. Times are the median of ``--repeats`` runs after ``--warmup`` runs; the layers alternate so that
@@ -66,10 +69,13 @@ from transformers.pytorch_utils import Conv1D
 from lmstudy.krony import fused
 from lmstudy.krony.model import KroneckerConfig, KroneckerLinear, partner_shape
 from lmstudy.krony.classes import CLASSES, class_a_shape
+from lmstudy.krony.llama import SMOLLM2_SHAPES, llama_classes
 from lmstudy.krony.table import PAPER_TABLE_1
 
 GPT2_C_FC = (3072, 768)  # (out, in)
 OUR_EMBD = 192  # the shared base's n_embd (lmstudy/scales.py, base preset "cpu": 3x192, MLP 4 * 192)
+# balanced A shapes (out, in) of SmolLM2's 1536 x 576 gate/up, every side of A and B at least 8 wide
+SMOL_BALANCED = [(48, 24), (64, 32), (96, 48), (32, 32)]
 GOAL_MIN_SIDE = 8  # the goal covers schemes whose factors are at least this wide on every side
 TESTS = Path(__file__).resolve().parent.parent / "tests"
 
@@ -82,10 +88,16 @@ def sizes() -> dict[str, tuple[tuple[int, int], list[Scheme]]]:
     tiny = class_a_shape("67M", OUR_EMBD)
     ours_fc = [(class_a_shape(name, OUR_EMBD), 1, False) for name in CLASSES] + [(tiny, 4, False), (tiny, 4, True)]
     ours_proj = [(KroneckerConfig(a_shape).a_shape_for("c_proj"), f, s) for a_shape, f, s in ours_fc]
+    smol = SMOLLM2_SHAPES.hidden_size, SMOLLM2_SHAPES.intermediate_size
+    smol_up = [(c.a_shape, c.n_factors, False) for c in llama_classes(SMOLLM2_SHAPES).values()]
+    smol_up += [(a_shape, 1, False) for a_shape in SMOL_BALANCED]
+    smol_down = [(KroneckerConfig(a_shape).a_shape_for("c_proj"), f, s) for a_shape, f, s in smol_up]
     return {
         "gpt2 768->3072": (GPT2_C_FC, table),
         f"ours {OUR_EMBD}->{4 * OUR_EMBD}": ((4 * OUR_EMBD, OUR_EMBD), ours_fc),
         f"ours {4 * OUR_EMBD}->{OUR_EMBD}": ((OUR_EMBD, 4 * OUR_EMBD), ours_proj),
+        f"smollm2 {smol[0]}->{smol[1]}": ((smol[1], smol[0]), smol_up),
+        f"smollm2 {smol[1]}->{smol[0]}": ((smol[0], smol[1]), smol_down),
     }
 
 
@@ -172,14 +184,18 @@ def goal_status(a_shape, b_shape, flop_ratio: float, speedup: float) -> str:
 
 def benchmark_scheme(
     shape: tuple[int, int], scheme: Scheme, tokens: int, repeats: int, warmup: int, device: torch.device,
-    previous=None, clock=time.perf_counter, compile_mode: str | None = None,
+    previous=None, clock=time.perf_counter, compile_mode: str | None = None, bias: bool = True,
 ) -> dict:
     """Median forward+backward times of the dense and the factored layer (and the previous forward) for one scheme."""
     out_features, in_features = shape
     a_shape, n_factors, scalars = scheme
     generator = torch.Generator(device=device).manual_seed(0)
-    dense = Conv1D(out_features, in_features).to(device)
-    factored = KroneckerLinear.from_conv1d(dense, a_shape, n_factors, scalars, init="random", generator=generator)
+    if bias:
+        dense = Conv1D(out_features, in_features).to(device)
+        factored = KroneckerLinear.from_conv1d(dense, a_shape, n_factors, scalars, init="random", generator=generator)
+    else:  # a Llama MLP's bias-free nn.Linear
+        dense = torch.nn.Linear(in_features, out_features, bias=False).to(device)
+        factored = KroneckerLinear.from_linear(dense, a_shape, n_factors, scalars, init="random", generator=generator)
     x = torch.randn(tokens, in_features, device=device, generator=generator, requires_grad=True)
     grad = torch.randn(tokens, out_features, device=device, generator=generator)
     layers = {"dense": dense, "kron": factored}
@@ -301,7 +317,8 @@ def main(argv: list[str] | None = None) -> int:
         if not schemes:
             continue
         rows = [benchmark_scheme(shape, scheme, args.tokens, args.repeats, args.warmup, device, previous,
-                                 CLOCKS[args.clock], args.compile) for scheme in schemes]
+                                 CLOCKS[args.clock], args.compile, bias=not size.startswith("smollm2"))
+                for scheme in schemes]
         print()
         print(format_rows(size, rows), flush=True)
     print(f"\nload average at the end: {os.getloadavg()[0]:.2f}")

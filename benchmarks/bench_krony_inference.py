@@ -25,11 +25,16 @@ are medians after one warm-up round, and ``speed-up`` is the median of the per-r
     python benchmarks/bench_krony_inference.py                         # models/base, 1 thread
     python benchmarks/bench_krony_inference.py --out figures/03_krony_inference.csv
     python benchmarks/bench_krony_inference.py --gpt2-small --repeats 3  # random GPT-2 small, GPT-2's BPE
+    python benchmarks/bench_krony_inference.py --model smollm2 --seq-len 1024 --out figures/03_krony_smollm2_inference.csv
+
+A Llama (``--model smollm2``, fetched) is compressed at its own size classes (``lmstudy.krony.llama.llama_classes``:
+the paper's parameter ratios, all three MLP matrices) instead of the GPT-2 classes.
 """
 
 from __future__ import annotations
 
 import argparse
+import copy
 import csv
 import os
 import statistics
@@ -45,6 +50,8 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, GPT2Config, GPT2LM
 from lmstudy.krony.export import WEIGHTS_FILE, export_dense, export_factored, load_factored
 from lmstudy.krony.model import KroneckerConfig, compress
 from lmstudy.krony.classes import class_a_shape
+from lmstudy.krony.llama import compress_llama, llama_classes
+from lmstudy.pretrained import resolve_pretrained
 from lmstudy.paths import models_dir
 from lmstudy.training import count_parameters
 
@@ -72,9 +79,22 @@ def load_base(model: str | None, gpt2_small: bool):
         torch.manual_seed(0)
         config = GPT2Config(vocab_size=50257, n_embd=768, n_layer=12, n_head=12, n_positions=1024)
         return GPT2LMHeadModel(config).eval(), gpt2_tokenizer(), "GPT-2 small, random weights"
-    folder = Path(model) if model else default_base_folder()
+    folder = resolve_pretrained(model) if model else default_base_folder()
     base = AutoModelForCausalLM.from_pretrained(str(folder), dtype=torch.float32).eval()
     return base, AutoTokenizer.from_pretrained(str(folder)), os.path.relpath(folder)
+
+
+def is_llama(model) -> bool:
+    return hasattr(getattr(model, "model", None), "layers")
+
+
+def variants(base) -> list[tuple[str, str, KroneckerConfig]]:
+    """(label, size class, factors) of every compressed model: the GPT-2 study's classes, or a Llama's own."""
+    if is_llama(base):
+        return [(f"Krony {name}", name, kron) for name, kron in llama_classes(base.config).items()]
+    return [(label, size_class, KroneckerConfig(class_a_shape(size_class, base.config.n_embd, base.config.n_inner),
+                                                n_factors, scalars))
+            for label, size_class, n_factors, scalars in VARIANTS]
 
 
 def build_models(base: GPT2LMHeadModel, tokenizer, folder: Path) -> dict[str, dict]:
@@ -83,14 +103,13 @@ def build_models(base: GPT2LMHeadModel, tokenizer, folder: Path) -> dict[str, di
     base.save_pretrained(str(base_file))  # the base's own float32 bytes, comparable with the exports
     models = {BASE_LABEL: dict(model=base, form="base", size_class="", factors=0, scalars=False,
                                weights_bytes=(base_file / "model.safetensors").stat().st_size)}
-    for label, size_class, n_factors, scalars in VARIANTS:
-        compressed = GPT2LMHeadModel(base.config)
-        compressed.load_state_dict(base.state_dict())
-        kron = KroneckerConfig(class_a_shape(size_class, base.config.n_embd, base.config.n_inner), n_factors, scalars)
-        compress(compressed, kron, "van_loan")
+    for label, size_class, kron in variants(base):
+        n_factors = kron.n_factors
+        compressed = copy.deepcopy(base)
+        (compress_llama if is_llama(base) else compress)(compressed, kron, "van_loan")
         dense_folder = export_dense(compressed, tokenizer, folder / f"{size_class}-{n_factors}-dense")
         factored_folder = export_factored(compressed, tokenizer, folder / f"{size_class}-{n_factors}-factored")
-        common = dict(size_class=size_class, factors=n_factors, scalars=scalars)
+        common = dict(size_class=size_class, factors=n_factors, scalars=kron.scalars)
         models[f"{label} (dense)"] = dict(
             model=AutoModelForCausalLM.from_pretrained(str(dense_folder)).eval(), form="dense", **common,
             weights_bytes=(dense_folder / "model.safetensors").stat().st_size)
@@ -165,7 +184,8 @@ def format_rows(rows: list[dict]) -> str:
 def main(argv: list[str] | None = None) -> int:
     """Run the comparison and print the table (and write the CSV with ``--out``)."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--model", help="a dense GPT-2 folder (default: models/base, else models/base-30pct)")
+    parser.add_argument("--model", help="a dense GPT-2 or Llama folder, or a fetched model's name such as smollm2 "
+                        "(default: models/base, else models/base-30pct)")
     parser.add_argument("--gpt2-small", action="store_true", help="a random GPT-2 small instead (GPT-2's BPE)")
     parser.add_argument("--seq-len", type=int, help="tokens of the scored sequence (default: the model's context)")
     parser.add_argument("--prompt", type=int, default=16, help="prompt tokens before generation (default 16)")
@@ -181,7 +201,7 @@ def main(argv: list[str] | None = None) -> int:
     torch.set_num_threads(args.threads)
     transformers_logging.disable_progress_bar()  # the loading bars of 9 models would bury the table
     base, tokenizer, source = load_base(args.model, args.gpt2_small)
-    seq_len = args.seq_len or base.config.n_positions
+    seq_len = args.seq_len or base.config.max_position_embeddings
     generator = torch.Generator().manual_seed(0)
     ids = torch.randint(base.config.vocab_size, (1, seq_len), generator=generator)
     prompt = torch.randint(base.config.vocab_size, (1, args.prompt), generator=generator)
@@ -189,7 +209,7 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory() as folder:
         models = build_models(base, tokenizer, Path(folder))
         print(f"torch {torch.__version__}, transformers {transformers.__version__}, threads {torch.get_num_threads()}; "
-              f"{source}: {base.config.n_layer}x{base.config.n_embd}, vocab {base.config.vocab_size}; "
+              f"{source}: {base.config.num_hidden_layers}x{base.config.hidden_size}, vocab {base.config.vocab_size}; "
               f"score 1 x {seq_len} tokens, generate {args.new_tokens} after {args.prompt} (batch 1, KV cache); "
               f"median of {args.repeats} after 1 warm-up, interleaved, {args.clock} clock; "
               f"load average {load_before:.2f}")

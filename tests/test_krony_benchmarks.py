@@ -66,3 +66,33 @@ def test_krony_inference_bench_compares_base_dense_and_factored_forms(tmp_path):
         assert float(row["score_tok_s"]) > 0 and float(row["generate_tok_s"]) > 0
         smaller = int(row["parameters"]) < int(base["parameters"])
         assert smaller == (row["form"] == "factored"), row["model"]  # folded back: the base's size again
+
+
+def test_krony_inference_bench_compresses_a_llama_at_its_own_classes(tmp_path):
+    from test_smollm2 import BASE_TOKENIZER, tiny_llama
+    from transformers import AutoTokenizer
+
+    from lmstudy.krony.llama import llama_classes
+
+    tokenizer = AutoTokenizer.from_pretrained(BASE_TOKENIZER)
+    model = tiny_llama(len(tokenizer))
+    model.save_pretrained(tmp_path / "llama")
+    tokenizer.save_pretrained(tmp_path / "llama")
+    out = tmp_path / "inference.csv"
+    bench = load_bench("bench_krony_inference")
+    assert bench.main(["--model", str(tmp_path / "llama"), "--seq-len", "32", "--prompt", "4", "--new-tokens", "2",
+                       "--repeats", "1", "--out", str(out)]) == 0
+    with open(out, newline="", encoding="utf-8") as handle:
+        rows = list(csv.DictReader(handle))
+    classes = llama_classes(model.config)
+    assert [row["size_class"] for row in rows[1:]] == [name for name in classes for _ in ("dense", "factored")]
+    assert [int(row["factors"]) for row in rows[2::2]] == [kron.n_factors for kron in classes.values()]
+    assert all(int(row["parameters"]) < int(rows[0]["parameters"]) for row in rows[2::2])  # the factored forms
+
+
+def test_kronecker_bench_times_smollm2_shapes_bias_free(capsys):
+    bench = load_bench("bench_kronecker")
+    assert bench.main(["--tokens", "8", "--repeats", "1", "--warmup", "0", "--size", "smollm2 576->1536",
+                       "--scheme", "48,24", "--clock", "cpu"]) == 0
+    row = [line for line in capsys.readouterr().out.splitlines() if line.startswith("smollm2 576->1536")]
+    assert len(row) == 1 and "(32, 24)" in row[0] and row[0].split()[-3] in ("met", "NOT")

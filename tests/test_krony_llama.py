@@ -10,16 +10,11 @@ from torch import nn
 from transformers import LlamaConfig, LlamaForCausalLM
 
 from lmstudy.krony.llama import (
-    compress_llama, llama_classes, llama_compressed_parameter_count, llama_config, llama_parameter_count,
-    parameter_table,
+    SMOLLM2_SHAPES, compress_llama, llama_classes, llama_compressed_parameter_count, llama_config,
+    llama_parameter_count, parameter_table,
 )
 from lmstudy.krony.model import KroneckerLinear, compress, decompress, kronecker_layers
 from test_smollm2 import tiny_llama
-
-# SmolLM2-135M's dimensions (models/smollm2/config.json)
-SMOLLM2 = LlamaConfig(vocab_size=49152, hidden_size=576, intermediate_size=1536, num_hidden_layers=30,
-                      num_attention_heads=9, num_key_value_heads=3, max_position_embeddings=8192,
-                      tie_word_embeddings=True)
 
 
 def _count(model: nn.Module) -> int:
@@ -91,18 +86,18 @@ def test_wrong_models_and_shapes_are_refused(model):
 
 
 def test_smollm2_table_keeps_the_papers_ratios_and_matches_a_compressed_model():
-    assert llama_parameter_count(SMOLLM2) == 134_515_008  # SmolLM2-135M, as fetched (lmstudy_fetch.json)
-    table = parameter_table(SMOLLM2).set_index("class")
+    assert llama_parameter_count(SMOLLM2_SHAPES) == 134_515_008  # SmolLM2-135M, as fetched (lmstudy_fetch.json)
+    table = parameter_table(SMOLLM2_SHAPES).set_index("class")
     assert list(table.index) == ["96M", "81M", "67M"]
     assert (abs(table["ratio"] - table["paper_ratio"]) < 0.04).all()  # the nearest B = (r, 1) with 1-4 factors
     assert table["ratio"].is_monotonic_decreasing
     for name, row in table.iterrows():  # the dense baseline of a class's size: the nearest narrowed MLP
-        narrowed = LlamaConfig(**{**SMOLLM2.to_dict(), "intermediate_size": int(row["dense_inner"])})
-        step = 3 * SMOLLM2.hidden_size * SMOLLM2.num_hidden_layers
+        narrowed = LlamaConfig(**{**SMOLLM2_SHAPES.to_dict(), "intermediate_size": int(row["dense_inner"])})
+        step = 3 * SMOLLM2_SHAPES.hidden_size * SMOLLM2_SHAPES.num_hidden_layers
         assert abs(llama_parameter_count(narrowed) - row["parameters"]) <= step / 2
-    config = llama_classes(SMOLLM2)["81M"]
+    config = llama_classes(SMOLLM2_SHAPES)["81M"]
     with torch.device("meta"):  # SmolLM2's shapes without its weights
-        meta = LlamaForCausalLM(SMOLLM2)
+        meta = LlamaForCausalLM(SMOLLM2_SHAPES)
     compress_llama(meta, config, "random")
     assert _count(meta) == table.loc["81M", "parameters"]
 
@@ -141,3 +136,13 @@ def test_narrowing_keeps_the_strongest_neurons(model):
     assert torch.allclose(small(x), hidden[:, keep] @ mlp.down_proj.weight[:, keep].T)
     with pytest.raises(ValueError, match="between 1"):
         narrow_mlp(model, 65)
+
+
+def test_the_smollm2_shapes_are_the_fetched_models():
+    from conftest import require_smollm2
+    from transformers import AutoConfig
+
+    fetched = AutoConfig.from_pretrained(require_smollm2())
+    keys = ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
+            "num_key_value_heads", "tie_word_embeddings")
+    assert {key: getattr(fetched, key) for key in keys} == {key: getattr(SMOLLM2_SHAPES, key) for key in keys}

@@ -30,6 +30,10 @@ from lmstudy.krony.model import (
 )
 
 MAX_FACTORS = 4
+# SmolLM2-135M's dimensions (models/smollm2/config.json): its size classes and shapes without fetching its weights
+SMOLLM2_SHAPES = LlamaConfig(vocab_size=49152, hidden_size=576, intermediate_size=1536, num_hidden_layers=30,
+                             num_attention_heads=9, num_key_value_heads=3, max_position_embeddings=8192,
+                             tie_word_embeddings=True)
 PAPER_PARAMETERS = {"96M": 95, "81M": 81, "67M": 67}  # the paper's Table 1 models (millions; GPT-2 small: 124)
 
 
@@ -184,5 +188,5 @@ def parameter_table(model_config: LlamaConfig) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-__all__ = ["MAX_FACTORS", "PAPER_PARAMETERS", "compress_llama", "llama_classes", "llama_compressed_parameter_count",
+__all__ = ["MAX_FACTORS", "PAPER_PARAMETERS", "SMOLLM2_SHAPES", "compress_llama", "llama_classes", "llama_compressed_parameter_count",
            "llama_config", "llama_parameter_count", "matched_llama_inner", "narrow_mlp", "parameter_table"]
