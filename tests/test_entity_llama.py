@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from lmstudy.entity.llama import LlamaE, LlamaEConfig, LlamaEntityLayer
-from test_smollm2 import tiny_llama
+from test_smollm2 import tiny_llama, tiny_llama_folder  # noqa: F401  (a fixture)
 
 VOCAB = 97
 
@@ -121,3 +121,41 @@ def test_the_entity_study_data_trains_a_llamae(base):
         losses.append(float(loss))
     assert all(torch.isfinite(torch.tensor(losses))) and memory.written.any()
     assert all(p.grad is not None for p in model.blocks()[0].entity_attn.parameters())
+
+
+def test_the_entity_study_runs_on_a_llama_with_its_top_layers_trained(tiny_llama_folder, tmp_path, monkeypatch):
+    """The study's init_from route with a Llama (SmolLM2's, issue 50): LlamaE and its plain twin, entity sub-layers in
+    the top block only, the top block alone trained in both arms; the run's FLOPs by hand; the export reloads."""
+    import math
+
+    from conftest import require_corpus
+    from transformers import LlamaForCausalLM
+
+    from lmstudy.entity import export, runs
+    from lmstudy.entity.config import EntityStudyConfig, load_base
+    from lmstudy.entity.model import training_flops_per_token
+    from lmstudy.llama_size import llama_non_embedding_parameters
+
+    for corpus in ("gum", "litbank", "lambada"):
+        require_corpus(corpus)
+    monkeypatch.setenv("LMSTUDY_RUNS", str(tmp_path / "runs"))
+    config = EntityStudyConfig(init_from=str(tiny_llama_folder), train_docs=1, eval_docs=1, seq_len=32, batch_size=2,
+                               budgets=[1, 2], warmup_steps=1, eval_every=2, seeds=[0], lambada_examples=3,
+                               max_doc_tokens=128, entity_top_layers=1, trained_top_layers=1)
+    base = load_base(config).model
+    assert isinstance(base, LlamaForCausalLM) and base.config.num_hidden_layers == 2
+    models = {name: runs.initial_model(base, name, 0, config) for name in ("GPT2", "GPT2E")}
+    assert isinstance(models["GPT2E"], LlamaE) and models["GPT2E"].config.entity_layers == [1]
+    trained = {name: {n for n, p in model.named_parameters() if p.requires_grad} for name, model in models.items()}
+    assert trained["GPT2"] and all(n.startswith("model.layers.1.") for n in trained["GPT2E"])
+    extra = trained["GPT2E"] - trained["GPT2"]  # the same block in both arms, plus the entity sub-layer
+    assert trained["GPT2"] < trained["GPT2E"] and extra and all(".entity_attn." in n for n in extra)
+    table = runs.perplexity_runs(config)
+    assert table["test_ppl"].map(math.isfinite).all() and table["test_ppl_no_entities"].isna().tolist() == [True, False]
+    d, n, T = base.config.hidden_size, base.config.num_hidden_layers, config.seq_len
+    plain = 6 * (llama_non_embedding_parameters(base.config) + d * base.config.vocab_size) + 12 * n * d * T
+    assert training_flops_per_token(base.config, T) == plain
+    assert training_flops_per_token(models["GPT2E"].config, T) == plain + 6 * (4 * d * d + d) + 12 * d * T
+    check = export.check_export(config)
+    assert check["config_class"] == "LlamaEConfig"
+    assert check["test_ppl_reloaded"] == pytest.approx(check["test_ppl_recorded"], rel=1e-6)

@@ -10,7 +10,8 @@ Base model (:func:`load_base`). ``smoke``/``cpu``: the shared base of ``base_sca
 its full run; ``cpu``: GPT-2 3x192, context 256, 8k byte-level BPE, 37.5M tokens of six domains, disjoint from GUM,
 LitBank and LAMBADA); its ``identity`` names the weights in every run config. ``paper``: real GPT-2 weights from
 ``init_from`` (a local folder or a cached hub id: :func:`lmstudy.pretrained.load_pretrained`; its tokenizer, else
-GPT-2's BPE from the data dir).
+GPT-2's BPE from the data dir). ``init_from="smollm2"``: the fetched SmolLM2-135M, a Llama, which the study extends
+into :class:`lmstudy.entity.llama.LlamaE` (issue 50).
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass, field
 
-from transformers import GPT2LMHeadModel
+from transformers import GPT2LMHeadModel, LlamaForCausalLM
 
 from lmstudy.base import StudyBase, loaded_study_base
 from lmstudy.pretrained import load_pretrained
@@ -62,6 +63,11 @@ class EntityStudyConfig:
     seeds: list = field(default_factory=lambda: [0, 1, 2])
     ablation_seeds: list = field(default_factory=lambda: [0, 1, 2])
     mixed_precision: str = "no"
+    # a pretrained Llama on a CPU (issue 50): entity sub-layers in the top k blocks only (0 = every block, the
+    # paper's) and only the top k blocks trained, their entity sub-layers with them, every other weight (the
+    # embeddings too) frozen, for every model alike (0 = everything trained)
+    entity_top_layers: int = 0
+    trained_top_layers: int = 0
     # evaluation
     lambada_examples: int = 0  # 0 = all 5,153
     timing_steps: int = 20
@@ -80,6 +86,24 @@ class EntityStudyConfig:
         budgets = list(self.budgets)
         if not budgets or any(not isinstance(b, int) or b < 1 for b in budgets) or budgets != sorted(set(budgets)):
             raise ValueError(f"budgets must be increasing positive step counts, got {self.budgets}")
+        if self.entity_top_layers < 0 or self.trained_top_layers < 0:
+            raise ValueError("entity_top_layers and trained_top_layers must be >= 0 (0: every block)")
+        if self.trained_top_layers and not 1 <= self.entity_top_layers <= self.trained_top_layers:
+            raise ValueError(f"with trained_top_layers={self.trained_top_layers} the entity sub-layers must sit in "
+                             f"the trained blocks: 1 <= entity_top_layers <= {self.trained_top_layers}, got "
+                             f"{self.entity_top_layers}")
+
+    def variant_options(self, name: str, n_layer: int) -> dict:
+        """The entity options of the model ``name`` (:data:`VARIANTS`) on a base of ``n_layer`` blocks: the top
+        ``entity_top_layers`` blocks instead of all of them when set."""
+        if name not in VARIANTS:
+            raise ValueError(f"model {name!r} is not one of {tuple(VARIANTS)}")
+        options = dict(VARIANTS[name])
+        if self.entity_top_layers and options["entity_layers"] is None:
+            if self.entity_top_layers > n_layer:
+                raise ValueError(f"entity_top_layers={self.entity_top_layers} exceeds the base's {n_layer} blocks")
+            options["entity_layers"] = list(range(n_layer - self.entity_top_layers, n_layer))
+        return options
 
     @property
     def finetune_steps(self) -> int:
@@ -95,9 +119,10 @@ class EntityStudyConfig:
         """What sets the fine-tuning (part of every run's identity): the base's weights and the recipe."""
         keys = ("corpora", "train_docs", "eval_docs", "seq_len", "batch_size", "budgets", "lr", "warmup_steps",
                 "eval_every", "mixed_precision")
-        # max_doc_tokens only when set: with whole documents the identity is the one runs had before the option
-        # existed, so they stay cached
-        cut = {"max_doc_tokens": self.max_doc_tokens} if self.max_doc_tokens else {}
+        # the options below only when set: without them the identity is the one runs had before they existed, so
+        # they stay cached
+        optional = ("max_doc_tokens", "entity_top_layers", "trained_top_layers")
+        cut = {key: getattr(self, key) for key in optional if getattr(self, key)}
         return {"base": load_base(self).identity, **{key: getattr(self, key) for key in keys}, **cut}
 
 
@@ -115,8 +140,8 @@ def _load_base(base_scale: str, init_from: str) -> StudyBase:
         return loaded_study_base(base_scale)
     # A local folder or a cached hub id (weights without tokenizer files get GPT-2's BPE from the data dir).
     model, tokenizer, _ = load_pretrained(init_from)
-    if not isinstance(model, GPT2LMHeadModel):
+    if not isinstance(model, (GPT2LMHeadModel, LlamaForCausalLM)):
         raise ValueError(f"init_from={init_from!r} holds a {type(model).__name__}; the entity study builds GPT2E "
-                         "from a GPT-2 (GPT2LMHeadModel) checkpoint")
+                         "from a GPT-2 (GPT2LMHeadModel) or LlamaE from a Llama (LlamaForCausalLM) checkpoint")
     return StudyBase(model=model.eval(), tokenizer=tokenizer, name=init_from, fraction=1.0, tokens=0,
                      identity={"init_from": init_from})

@@ -8,8 +8,7 @@ from pathlib import Path
 
 from lmstudy.entity.config import STUDY, EntityStudyConfig, load_base
 from lmstudy.entity.documents import study_documents
-from lmstudy.entity.model import GPT2E
-from lmstudy.entity.runs import coref_test_scores, finetune_config, finetune_run, finetuned_model
+from lmstudy.entity.runs import coref_test_scores, entity_class, finetune_config, finetune_run, finetuned_model
 from lmstudy.hf_export import export_folder
 from lmstudy.runs import Run, cached, get_run
 from lmstudy.training import count_parameters
@@ -39,13 +38,15 @@ def export_model(config: EntityStudyConfig, name: str = "GPT2E", seed: int | Non
 
 
 def check_export(config: EntityStudyConfig, name: str = "GPT2E", seed: int | None = None) -> dict:
-    """Reload :func:`export_model`'s folder with ``GPT2E.from_pretrained`` and score the test set with it: the
-    test perplexity must be the one the fine-tuning run recorded for its best weights. Needs only the folder
-    (an archive with ``--weights stage=export`` redraws this without the training weights)."""
+    """Reload :func:`export_model`'s folder with ``GPT2E.from_pretrained`` (``LlamaE``'s for a Llama base) and
+    score the test set with it: the test perplexity must be the one the fine-tuning run recorded for its best
+    weights. Needs only the folder (an archive with ``--weights stage=export`` redraws this without the training
+    weights)."""
     seed = config.seeds[0] if seed is None else seed
     path = export_model(config, name, seed)
-    reloaded = GPT2E.from_pretrained(str(path)).eval()
-    tokenizer = load_base(config).tokenizer
+    base = load_base(config)
+    reloaded = entity_class(base.model).from_pretrained(str(path)).eval()
+    tokenizer = base.tokenizer
     scores = coref_test_scores(reloaded, study_documents(config, tokenizer)["test"], config, tokenizer.eos_token_id)
     return {"path": str(path), "config_class": type(reloaded.config).__name__,
             "entity_init": reloaded.config.entity_init, "memory_update": reloaded.config.memory_update,

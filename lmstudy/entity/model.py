@@ -103,7 +103,7 @@ from typing import NamedTuple
 import torch
 import torch.nn.functional as F
 from torch import nn
-from transformers import GPT2Config, GPT2LMHeadModel
+from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, PretrainedConfig
 from transformers import initialization as init
 from transformers.modeling_outputs import ModelOutput
 from transformers.models.gpt2.modeling_gpt2 import GPT2Block, GPT2Model, GPT2PreTrainedModel
@@ -281,24 +281,36 @@ def mention_states(entity_ids: torch.Tensor, hidden: torch.Tensor, fallback: tor
     return torch.where((latest >= 0).unsqueeze(-1), hidden.gather(1, index).to(fallback.dtype), fallback)
 
 
-def training_flops_per_token(config: GPT2Config, seq_len: int) -> float:
-    """Training FLOPs per token of GPT2E (or of GPT-2 with ``entity_layers=[]``, or a plain ``GPT2Config``).
+def training_flops_per_token(config: PretrainedConfig, seq_len: int) -> float:
+    """Training FLOPs per token of GPT2E or LlamaE (or of the plain model with ``entity_layers=[]``, or a plain
+    ``GPT2Config`` / ``LlamaConfig``).
 
-    GPT-2's count is :func:`lmstudy.base.flops_per_token` (6 (N + d V) + 12 L d T, PaLM's rule). Each entity
-    layer adds its 4 d^2 + 6 d parameters (ln_e, query/value, key, output projection) to N and one attention
-    (another 12 d T). The mention mode adds a forward pass of the blocks without the LM head (2 N' + 4 L' d T,
-    N' and L' counting the entity layers too) and no backward.
+    The base's count is PaLM's rule, 6 (N + d V) + 12 L d T: for GPT-2 :func:`lmstudy.base.flops_per_token`, for a
+    Llama N from :func:`lmstudy.llama_size.llama_non_embedding_parameters` (grouped-query attention still attends
+    with d = heads x head size). Each entity layer adds its parameters to N (GPT-2: 4 d^2 + 6 d, ln_e, query/value,
+    key, output projection with biases; Llama: 4 d^2 + d, bias-free, an RMSNorm) and one attention (another
+    12 d T). The mention mode adds a forward pass of the blocks without the LM head (2 N' + 4 L' d T, N' and L'
+    counting the entity layers too) and no backward.
     """
     from lmstudy.base import BaseModelConfig, flops_per_token, non_embedding_parameters
 
-    d, n_layer = config.n_embd, config.n_layer
-    model = BaseModelConfig(n_layer=n_layer, n_head=config.n_head, n_embd=d, seq_len=seq_len)
-    flops = flops_per_token(model, config.vocab_size)
+    d, n_layer = config.hidden_size, config.num_hidden_layers  # GPT2Config maps these to n_embd, n_layer
+    if isinstance(config, LlamaConfig):
+        from lmstudy.llama_size import llama_non_embedding_parameters
+
+        blocks = llama_non_embedding_parameters(config)
+        flops = 6 * (blocks + d * config.vocab_size) + 12 * n_layer * d * seq_len
+        per_entity_layer = 4 * d * d + d
+    else:
+        model = BaseModelConfig(n_layer=n_layer, n_head=config.num_attention_heads, n_embd=d, seq_len=seq_len)
+        blocks = non_embedding_parameters(model)
+        flops = flops_per_token(model, config.vocab_size)
+        per_entity_layer = 4 * d * d + 6 * d
     n_entity = getattr(config, "n_entity_layers", 0)
-    entity_parameters = n_entity * (4 * d * d + 6 * d)
+    entity_parameters = n_entity * per_entity_layer
     flops += 6 * entity_parameters + 12 * n_entity * d * seq_len
     if n_entity and getattr(config, "memory_update", "chunk") == "mention":
-        flops += 2 * (non_embedding_parameters(model) + entity_parameters) + 4 * (n_layer + n_entity) * d * seq_len
+        flops += 2 * (blocks + entity_parameters) + 4 * (n_layer + n_entity) * d * seq_len
     return float(flops)
 
 

@@ -35,7 +35,7 @@ def ner_run(config: EntityStudyConfig, name: str, seed: int) -> dict:
         tags = tag_vocabulary(sentences["train"])
         task = NerProbeTask(sentences["train"], sentences["valid"], tags, batch_size=config.ner_batch_size, seed=seed)
         torch.manual_seed(seed)
-        tagger = BiLSTMTagger(model.config.n_embd, config.ner_hidden, len(tags))
+        tagger = BiLSTMTagger(model.config.hidden_size, config.ner_hidden, len(tags))
         epoch = task.steps_per_epoch()
         train_and_restore(tagger, task, TrainConfig(
             max_epochs=config.ner_epochs, max_steps=config.ner_epochs * epoch, lr=config.ner_lr, optimizer="adamw",

@@ -47,15 +47,16 @@ from functools import partial
 import pandas as pd
 import torch
 from safetensors.torch import load_model
-from transformers import GPT2LMHeadModel
+from transformers import LlamaForCausalLM, PreTrainedModel
 from transformers.initialization import no_init_weights
 
 from lmstudy.checkpoints import kept_checkpoint
 from lmstudy.entity.config import ABLATIONS, MODELS, STUDY, VARIANTS, EntityStudyConfig, load_base
 from lmstudy.entity.data import EntityDocument, EntityLMTask, entity_stream_loss
 from lmstudy.entity.documents import study_documents, without_entities
-from lmstudy.entity.model import GPT2E, training_flops_per_token
-from lmstudy.evaluation import lambada_examples, lambada_scores
+from lmstudy.entity.llama import LlamaE
+from lmstudy.entity.model import GPT2E, EntityLM, training_flops_per_token, with_entity_layers
+from lmstudy.evaluation import context_size, lambada_examples, lambada_scores
 from lmstudy.runs import Run, cached, get_run, read_log, read_log_records
 from lmstudy.second_worker import StudyRun
 from lmstudy.training import (
@@ -63,30 +64,63 @@ from lmstudy.training import (
 )
 
 
-def initial_model(base: GPT2LMHeadModel, name: str, seed: int) -> GPT2E:
-    """The model ``name`` of :data:`lmstudy.entity.config.VARIANTS` with the base's weights; the seed draws the new
-    entity weights (their output projection is zero, so every variant computes the base exactly). Drawing them
-    draws every GPT-2 weight before them too (then overwritten by the base's), so the random state it leaves is
-    that of a whole GPT-2's initialisation: the fine-tuning that follows reads it (the run cache's runs were
-    made so)."""
+def _options(base: PreTrainedModel, name: str, config: EntityStudyConfig | None) -> dict:
+    """The entity options of ``name`` on ``base`` (the study's top-k layers when ``config`` sets them)."""
     if name not in VARIANTS:
         raise ValueError(f"model {name!r} is not one of {tuple(VARIANTS)}")
+    return VARIANTS[name] if config is None else config.variant_options(name, base.config.num_hidden_layers)
+
+
+def entity_class(base: PreTrainedModel) -> type[EntityLM]:
+    """The entity model of a base: LlamaE for a Llama (SmolLM2), GPT2E for a GPT-2."""
+    return LlamaE if isinstance(base, LlamaForCausalLM) else GPT2E
+
+
+def _with_entities(base: PreTrainedModel, options: dict) -> EntityLM:
+    """The entity model of ``base`` with its weights and ``options`` (zero entity output: exactly ``base``)."""
+    model_class = entity_class(base)
+    return with_entity_layers(model_class, model_class.config_class, base, **options)
+
+
+def train_top_layers_only(model: EntityLM, k: int) -> EntityLM:
+    """Freeze every weight but those of the top ``k`` blocks (their entity sub-layers with them) and the learned
+    initial entity state (``trained_top_layers``: a pretrained model fine-tuned on a CPU); in place."""
+    model.requires_grad_(False)
+    for block in model.blocks()[-k:]:
+        block.requires_grad_(True)
+    if getattr(model, "initial_entity", None) is not None:
+        model.initial_entity.requires_grad_(True)
+    return model
+
+
+def initial_model(base: PreTrainedModel, name: str, seed: int, config: EntityStudyConfig | None = None) -> EntityLM:
+    """The model ``name`` of :data:`lmstudy.entity.config.VARIANTS` with the base's weights; the seed draws the new
+    entity weights (their output projection is zero, so every variant computes the base exactly). Drawing them
+    draws every base weight before them too (then overwritten by the base's), so the random state it leaves is
+    that of a whole model's initialisation: the fine-tuning that follows reads it (the run cache's runs were
+    made so). ``config``: the study's top-k entity layers and trained blocks (None: every block, all trained)."""
+    options = _options(base, name, config)
     torch.manual_seed(seed)
-    return GPT2E.from_gpt2(base, **VARIANTS[name])
+    model = _with_entities(base, options)
+    if config is not None and config.trained_top_layers:
+        train_top_layers_only(model, config.trained_top_layers)
+    return model
 
 
-def uninitialised_model(base: GPT2LMHeadModel, name: str) -> GPT2E:
+def uninitialised_model(base: PreTrainedModel, name: str, config: EntityStudyConfig | None = None) -> EntityLM:
     """The model ``name`` with the base's weights and its own (the entity weights) left as allocated: for a caller
     that reads every weight next (:func:`finetuned_model`, the export's check)."""
+    options = _options(base, name, config)
     with no_init_weights():
-        model = GPT2E.from_gpt2(base, **VARIANTS[name])
+        model = _with_entities(base, options)
     model.tie_weights()  # part of the initialisation skipped above
     return model
 
 
 def finetune_config(config: EntityStudyConfig, name: str, seed: int) -> dict:
     """The identity of the fine-tuning run of ``name`` and ``seed`` in the run cache."""
-    return {"stage": "finetune", "model": name, "options": VARIANTS[name], "seed": seed,
+    options = _options(load_base(config).model, name, config)
+    return {"stage": "finetune", "model": name, "options": options, "seed": seed,
             **config.finetune_identity(), "lambada_examples": config.lambada_examples}
 
 
@@ -121,18 +155,18 @@ def finetune_run(config: EntityStudyConfig, name: str, seed: int) -> dict:
     def fn(run: Run) -> dict:
         base = load_base(config)
         tokenizer, pad_id = base.tokenizer, base.tokenizer.eos_token_id
-        if config.seq_len > base.model.config.n_positions:
-            raise ValueError(f"seq_len={config.seq_len} exceeds the base model's {base.model.config.n_positions} "
-                             "positions")
+        positions = context_size(base.model)
+        if config.seq_len > positions:
+            raise ValueError(f"seq_len={config.seq_len} exceeds the base model's {positions} positions")
         docs = study_documents(config, tokenizer)
-        model = initial_model(base.model, name, seed)
+        model = initial_model(base.model, name, seed, config)
         task = EntityLMTask(docs["train"], docs["valid"], batch_size=config.batch_size, seq_len=config.seq_len,
                             pad_id=pad_id, seed=seed)
 
         def evaluate(best: GPT2E) -> dict:
             return {**coref_test_scores(best, docs["test"], config, pad_id),
                     **lambada_scores(best, lambada_examples(tokenizer, config.lambada_examples),
-                                     base.model.config.n_positions, config.batch_size)}
+                                     positions, config.batch_size)}
 
         metrics = train_and_restore(model, task, train_config(config, seed), run, evaluate=evaluate)
         budgets = []
@@ -157,7 +191,7 @@ def finetuned_model(config: EntityStudyConfig, name: str, seed: int) -> tuple[GP
     """The fine-tuned model (best weights; trains it if needed) and the tokenizer."""
     finetune_run(config, name, seed)
     base = load_base(config)
-    model = uninitialised_model(base.model, name)  # every weight is read from the run next (strictly)
+    model = uninitialised_model(base.model, name, config)  # every weight is read from the run next (strictly)
     load_weights(model, get_run(STUDY, finetune_config(config, name, seed)), "best")
     device = process_device()  # the probes' forward passes: this process's GPU (cuda:<local rank>) when there is one
     return model.to(device).eval(), base.tokenizer

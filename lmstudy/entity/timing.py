@@ -75,7 +75,7 @@ def step_time_run(config: EntityStudyConfig) -> dict:
         docs = study_documents(config, base.tokenizer)
         task = EntityLMTask(docs["train"], docs["valid"], batch_size=config.batch_size, seq_len=config.seq_len,
                             pad_id=base.tokenizer.eos_token_id)
-        models = {name: initial_model(base.model, name, 0).to(device) for name in VARIANTS}
+        models = {name: initial_model(base.model, name, 0, config).to(device) for name in VARIANTS}
         times = compare_step_times(models, task, config.timing_steps, device=device)
         flops = {name: training_flops_per_token(model.config, config.seq_len) for name, model in models.items()}
         return {"seconds": {name: statistics.median(values) for name, values in times.items()},

@@ -25,6 +25,7 @@ from tqdm.auto import tqdm
 from transformers import LlamaConfig
 
 from lmstudy.krony.classes import CLASSES, PAPER_RATIOS
+from lmstudy.llama_size import llama_parameter_count
 from lmstudy.krony.model import (
     INITS, LLAMA_MATRICES, KroneckerConfig, KroneckerLinear, factored_parameter_change, partner_shape,
 )
@@ -119,20 +120,6 @@ def llama_config(a_shape, n_factors: int = 1, scalars: bool = False) -> Kronecke
 def _mlp_shapes(model_config: LlamaConfig) -> dict[str, tuple[int, int]]:
     d, inner = model_config.hidden_size, model_config.intermediate_size
     return {"gate_proj": (inner, d), "up_proj": (inner, d), "down_proj": (d, inner)}
-
-
-def llama_parameter_count(model_config: LlamaConfig) -> int:
-    """Parameters of a dense ``LlamaForCausalLM`` from its config alone (no weights)."""
-    d, inner, vocab = model_config.hidden_size, model_config.intermediate_size, model_config.vocab_size
-    head_dim = getattr(model_config, "head_dim", None) or d // model_config.num_attention_heads
-    q_out, kv_out = model_config.num_attention_heads * head_dim, model_config.num_key_value_heads * head_dim
-    attention = d * q_out + 2 * d * kv_out + q_out * d
-    if getattr(model_config, "attention_bias", False):
-        attention += q_out + 2 * kv_out + d
-    mlp = 3 * d * inner + ((2 * inner + d) if getattr(model_config, "mlp_bias", False) else 0)
-    per_layer = attention + mlp + 2 * d  # + the two RMSNorms' weights
-    lm_head = 0 if model_config.tie_word_embeddings else vocab * d
-    return vocab * d + model_config.num_hidden_layers * per_layer + d + lm_head  # + the final norm
 
 
 def llama_compressed_parameter_count(model_config: LlamaConfig, config: KroneckerConfig) -> int:
