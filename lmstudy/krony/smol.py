@@ -22,9 +22,9 @@ continued training:
 pretraining text (the shared base's training documents, the evaluation-leak filter included) in SmolLM2's tokens
 (:func:`lmstudy.base.pretrained_streams`, ``data_fraction`` of the documents), drawn with the run's seed, so every
 model of a seed sees the same batches. AdamW (0.9, 0.95), weight decay 0.1 on matrices, 5% warm-up, cosine to a
-tenth of ``finetune_lr``, bfloat16 autocast; the validation stream's first ``val_tokens`` scored ``evals_per_run``
-times and the best weights kept (and so the initialisation is chosen on validation, never on test:
-:func:`best_init`).
+tenth of ``finetune_lr``, bfloat16 autocast; the validation stream (``valid_tokens_per_domain`` of every domain's
+validation documents, or its first ``val_tokens``) scored ``evals_per_run`` times and the best weights kept (and so
+the initialisation is chosen on validation, never on test: :func:`best_init`).
 
 **Evaluation**: the shared protocol (:func:`lmstudy.krony.runs.protocol_metrics`) on ``eval_*`` slices, in windows
 of ``eval_seq_len`` tokens (SmolLM2's 8,192-token context would cost minutes a window here); SmolLM2 itself scored
@@ -77,7 +77,8 @@ class SmolKronyConfig:
     seq_len: int = 256
     finetune_lr: float = 3e-4
     evals_per_run: int = 2
-    val_tokens: int = 20_000  # first tokens of the validation stream scored during training
+    valid_tokens_per_domain: int = 3_000  # the validation stream: this many tokens of each domain's validation text
+    val_tokens: int = 0  # first tokens of the validation stream scored during training; 0 = all of it
     mixed_precision: str = "bf16"
     distill_alpha: float = 0.9
     distill_temperature: float = 2.0
@@ -134,7 +135,8 @@ class SmolKronyConfig:
         """What of the config sets the continued training (part of every trained run's identity)."""
         return {"steps": self.finetune_steps, "batch_size": self.batch_size, "seq_len": self.seq_len,
                 "lr": self.finetune_lr, "evals": self.evals_per_run, "val_tokens": self.val_tokens,
-                "mixed_precision": self.mixed_precision, "data_fraction": self.data_fraction}
+                "mixed_precision": self.mixed_precision, "data_fraction": self.data_fraction,
+                "valid_tokens_per_domain": self.valid_tokens_per_domain}
 
     def train_config(self, seed: int) -> TrainConfig:
         """The continued training (module docstring)."""
@@ -214,7 +216,8 @@ def streams(config: SmolKronyConfig) -> tuple[torch.Tensor, torch.Tensor]:
     """Training and validation streams in the model's tokens (:func:`lmstudy.base.pretrained_streams`)."""
     from lmstudy.base import pretrained_streams
 
-    return pretrained_streams(config.init_from, data_fraction=config.data_fraction)
+    return pretrained_streams(config.init_from, data_fraction=config.data_fraction,
+                              valid_tokens_per_domain=config.valid_tokens_per_domain)
 
 
 # ---------------------------------------------------------------------------------------------------
