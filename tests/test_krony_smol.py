@@ -4,6 +4,7 @@ central comparison's runs and the choice of init on validation."""
 from __future__ import annotations
 
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pandas as pd
@@ -87,6 +88,9 @@ def test_the_central_comparison_trains_every_model_and_chooses_the_init_on_valid
     again = smol.central_table(config)
     assert again["wikitext_bpb"].tolist() == pytest.approx(table["wikitext_bpb"].tolist(), rel=1e-12)
     assert again["train_seconds"].tolist() == pytest.approx(table["train_seconds"].tolist(), rel=1e-12)
+    # the grid's compare class is the central comparison's first seed, read back, not trained again
+    grid = smol.grid_table(replace(config, classes=["81M"]))
+    assert grid["wikitext_bpb"].tolist() == pytest.approx(first["wikitext_bpb"].tolist(), rel=1e-12)
 
 
 @pytest.mark.parametrize("overrides, message", [

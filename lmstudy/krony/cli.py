@@ -41,7 +41,8 @@ def register(subparsers) -> None:
     smol.add_argument("--parts", nargs="+", choices=SMOL_PARTS, default=["central"],
                       help="compressed: every class x init straight after compression (no training); central: the "
                       "compare class's Krony inits, distilled and narrowed, seed 0, then the init chosen on validation "
-                      "and both dense models on the other seeds; table6: one vs several factors, with and without "
+                      "and both dense models on the other seeds; grid: every class's inits and dense models after "
+                      "training, seed 0; table6: one vs several factors, with and without "
                       "scalars; trend: figures/03_krony_quality_trend.{csv,png} from the results (default: central)")
     smol.add_argument("-p", "--parameter", nargs=2, action="append", default=[], metavar=("KEY", "VALUE"),
                       help="a SmolKronyConfig setting, e.g. -p init_from path/to/llama")
@@ -51,7 +52,7 @@ def register(subparsers) -> None:
     smol.set_defaults(handler=run_smol)
 
 
-SMOL_PARTS = ("compressed", "central", "table6", "trend")
+SMOL_PARTS = ("compressed", "central", "grid", "table6", "trend")
 
 
 def run_smol(args) -> int:
@@ -70,7 +71,8 @@ def run_smol(args) -> int:
     default = REPO_ROOT / "results" / "krony_smollm2" / ("" if args.scale == "cpu" else args.scale)
     out = Path(args.out) if args.out else default
     out.mkdir(parents=True, exist_ok=True)
-    builders = {"compressed": smol.compressed_table, "central": smol.central_table, "table6": smol.table6}
+    builders = {"compressed": smol.compressed_table, "central": smol.central_table, "grid": smol.grid_table,
+                "table6": smol.table6}
     if set(args.parts) & set(builders):
         pd.DataFrame([smol.base_row(config)]).to_csv(out / "base.csv", index=False)
     for part in args.parts:

@@ -326,11 +326,16 @@ def compressed_table(config: SmolKronyConfig) -> pd.DataFrame:
                                               for spec in tqdm(specs, desc="after compression", unit="model")])
 
 
-def central_specs(config: SmolKronyConfig, init: str | None = None) -> list[ModelSpec]:
-    """The central comparison's models at ``compare_class``: Krony (every init, or ``init``), distilled, narrowed."""
+def class_specs(config: SmolKronyConfig, size_class: str, init: str | None = None) -> list[ModelSpec]:
+    """The models of ``size_class``: Krony (every init, or ``init``), distilled, narrowed."""
     inits = config.inits if init is None else [init]
-    return [krony_spec(config, config.compare_class, i) for i in inits] + [
-        ModelSpec("distilled", config.compare_class), ModelSpec("narrowed", config.compare_class)]
+    return [krony_spec(config, size_class, i) for i in inits] + [
+        ModelSpec("distilled", size_class), ModelSpec("narrowed", size_class)]
+
+
+def central_specs(config: SmolKronyConfig, init: str | None = None) -> list[ModelSpec]:
+    """The central comparison's models: :func:`class_specs` of ``compare_class``."""
+    return class_specs(config, config.compare_class, init)
 
 
 def trained_rows(config: SmolKronyConfig, specs: list[ModelSpec], seed: int, desc: str) -> list[dict]:
@@ -359,6 +364,13 @@ def central_table(config: SmolKronyConfig) -> pd.DataFrame:
     return rows
 
 
+def grid_table(config: SmolKronyConfig) -> pd.DataFrame:
+    """Every class's models after continued training, seed 0 (the compare class's are the central comparison's)."""
+    return pd.DataFrame([row for size_class in config.classes
+                         for row in trained_rows(config, class_specs(config, size_class), config.seeds[0],
+                                                 f"grid, {size_class}")])
+
+
 def table6(config: SmolKronyConfig, init: str = "van_loan") -> pd.DataFrame:
     """Table 6's question at ``table6_class``: one or several factors, without and with scalars, seed 0."""
     specs = [krony_spec(config, config.table6_class, init, n, scalars)
@@ -367,5 +379,6 @@ def table6(config: SmolKronyConfig, init: str = "van_loan") -> pd.DataFrame:
 
 
 __all__ = ["SMOL_KINDS", "STUDY", "SmolKronyConfig", "base_row", "best_init", "central_specs", "central_table",
-           "class_configs", "compressed_table", "continued_identity", "dense_inner", "initial_model", "krony_spec", "smol_base_metrics",
-           "smol_config", "smol_continued_run", "smol_initial_metrics", "table6", "trained_rows"]
+           "class_configs", "class_specs", "compressed_table", "continued_identity", "dense_inner", "grid_table",
+           "initial_model", "krony_spec", "smol_base_metrics", "smol_config", "smol_continued_run",
+           "smol_initial_metrics", "table6", "trained_rows"]
