@@ -53,6 +53,8 @@ PUBLISHED = {table.study: table for table in (
                    "Stylianou & Vlahavas 2020, Entity-Transformers"),
     PublishedTable("03", "lmstudy.krony.claims:published_claims", "03_krony_claims.csv",
                    "Krony-PT 2024"),
+    PublishedTable("03-quality", "lmstudy.krony.quality_trend:published_claims", "03_krony_quality_claims.csv",
+                   "Krony-PT 2024: Krony vs distilled against the base's quality (our base, GPU, SmolLM2)"),
     PublishedTable("04", "lmstudy.ctrl.claims:published_claims", "04_control_codes_claims.csv",
                    "Keskar et al. 2019, CTRL"),
     PublishedTable("04-smollm2", "lmstudy.ctrl.compare_claims:published_claims", "04_smol_ctrl_claims.csv",
