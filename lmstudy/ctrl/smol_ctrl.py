@@ -56,8 +56,8 @@ from safetensors.torch import load_file, save_file
 from typing import NamedTuple
 
 from lmstudy.ctrl.codes import CODES_FILE, code_token, with_codes, write_code_record
-from lmstudy.pretrained import load_pretrained
-from lmstudy.pretrained_fetch import FETCH_RECORD, HASH_KEYS, pretrained_record
+from lmstudy.pretrained import load_pretrained, pretrained_record
+from lmstudy.pretrained_fetch import FETCH_RECORD, HASH_KEYS
 
 DELTA_RECORD = "smol_ctrl.json"
 ADAPTER_FILE = "adapter.safetensors"

@@ -22,8 +22,8 @@ from dataclasses import dataclass, field
 from transformers import GPT2LMHeadModel, LlamaForCausalLM
 
 from lmstudy.base import StudyBase, loaded_study_base
-from lmstudy.pretrained import load_pretrained
-from lmstudy.pretrained_fetch import PRETRAINED_MODELS, pretrained_record
+from lmstudy.pretrained import load_pretrained, pretrained_record
+from lmstudy.pretrained_fetch import PRETRAINED_MODELS
 
 STUDY = "02_entity_shared"
 # The fine-tuned models: name -> GPT2EConfig entity options. GPT2 and GPT2E are the paper's comparison; the

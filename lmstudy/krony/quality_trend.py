@@ -87,6 +87,11 @@ def summary(points: pd.DataFrame) -> pd.DataFrame:
 
 
 def quality_claims(points: pd.DataFrame) -> pd.DataFrame:
+    """The claims table of :func:`quality_rows`."""
+    return claims_table(quality_rows(points))
+
+
+def quality_rows(points: pd.DataFrame) -> list:
     """The claim at every point, worst base first, and its trend over the base's quality (module docstring)."""
     ordered = summary(points)
     levels, values, texts = [], [], []
@@ -98,11 +103,10 @@ def quality_claims(points: pd.DataFrame) -> pd.DataFrame:
         texts.append(f"{row.setting}, {row.checkpoint} (base {row.base_bpb:.3f} bits/byte): Krony "
                      f"{Spread.of(group['krony_bpb']).format(4)} vs distilled "
                      f"{Spread.of(group['distilled_bpb']).format(4)} bits/byte")
-    rows = trend_rows(CLAIM, levels, values, ours=texts, negligible=NEGLIGIBLE_PERCENT, dataset="WikiText-2 test",
+    return trend_rows(CLAIM, levels, values, ours=texts, negligible=NEGLIGIBLE_PERCENT, dataset="WikiText-2 test",
                       paper="KronyPT-81M 34.99 vs DistilGPT2 36.48 perplexity (Table 4): +1.16%",
                       note="level: the base's quality, 1 / its WikiText-2 bits per byte; effect in % of the distilled "
                            "model's bits per byte")
-    return claims_table(rows)
 
 
 def plot_quality_trend(points: pd.DataFrame, title: str = ""):
@@ -131,7 +135,7 @@ def plot_quality_trend(points: pd.DataFrame, title: str = ""):
 
 def published_claims() -> pd.DataFrame:
     """``figures/03_krony_quality_claims.csv`` (``python -m lmstudy claims 03-quality``) from the committed tables."""
-    return quality_claims(trend_points())
+    return claims_table(quality_rows(trend_points()))
 
 
-__all__ = ["CLAIM", "plot_quality_trend", "published_claims", "quality_claims", "summary", "trend_points"]
+__all__ = ["CLAIM", "plot_quality_trend", "published_claims", "quality_claims", "quality_rows", "summary", "trend_points"]

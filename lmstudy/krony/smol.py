@@ -225,7 +225,7 @@ def streams(config: SmolKronyConfig) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 def _identity(config: SmolKronyConfig, stage: str, spec: ModelSpec | None = None, seed: int | None = None) -> dict:
-    from lmstudy.pretrained_fetch import pretrained_record
+    from lmstudy.pretrained import pretrained_record
 
     identity = {"stage": stage, "base": pretrained_record(config.init_from), "protocol": config.protocol_identity()}
     if spec is not None:
@@ -313,6 +313,7 @@ def _row(config: SmolKronyConfig, spec: ModelSpec, seed: int, trained: dict | No
 
 
 def base_row(config: SmolKronyConfig) -> dict:
+    """The uncompressed model as a table row (its scores as both ``before_*`` and after: it is not trained)."""
     metrics = smol_base_metrics(config)
     return {"model": config.init_from, "kind": "base", "parameters": metrics["parameters"], "size_ratio": 1.0,
             **{f"before_{key}": metrics[key] for key in METRICS}, **{key: metrics[key] for key in METRICS}}
