@@ -123,6 +123,7 @@ def test_the_entity_study_data_trains_a_llamae(base):
     assert all(p.grad is not None for p in model.blocks()[0].entity_attn.parameters())
 
 
+@pytest.mark.slow  # the whole study route: ~13 s
 def test_the_entity_study_runs_on_a_llama_with_its_top_layers_trained(tiny_llama_folder, tmp_path, monkeypatch):
     """The study's init_from route with a Llama (SmolLM2's, issue 50): LlamaE and its plain twin, entity sub-layers in
     the top block only, the top block alone trained in both arms; the run's FLOPs by hand; the export reloads."""

@@ -54,6 +54,7 @@ def test_models_have_their_class_sizes_and_random_factors_depend_on_the_seed(con
     assert llama_parameter_count(teacher.config) == dense == sum(p.numel() for p in teacher.parameters())
 
 
+@pytest.mark.slow  # builds the streams and trains a student
 def test_a_student_built_after_a_distillation_trains_every_weight(config):
     smol.smol_continued_run(config, ModelSpec("distilled", "81M"))  # freezes the shared teacher
     assert not any(p.requires_grad for p in smol._teacher(config.init_from)[0].parameters())
@@ -61,6 +62,7 @@ def test_a_student_built_after_a_distillation_trains_every_weight(config):
     assert all(p.requires_grad for p in model.parameters())
 
 
+@pytest.mark.slow  # ~20 s: eight tiny runs and the command line
 def test_the_central_comparison_trains_every_model_and_chooses_the_init_on_validation(config, tmp_path):
     from lmstudy.__main__ import main
 
