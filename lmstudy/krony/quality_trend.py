@@ -25,7 +25,7 @@ import pandas as pd
 
 from lmstudy.claims import Spread, claims_table, differences, trend_rows
 from lmstudy.krony.claims import NEGLIGIBLE_PERCENT, percent_ahead
-from lmstudy.paths import REPO_ROOT, figures_dir
+from lmstudy.paths import REPO_ROOT
 
 GPU_TABLES = REPO_ROOT / "results" / "gpu" / "2026-11-27-third" / "tables"
 SMOL_RESULTS = REPO_ROOT / "results" / "krony_smollm2"
@@ -63,7 +63,7 @@ def trend_points(smol_results: Path = SMOL_RESULTS) -> pd.DataFrame:
     """One row per setting, checkpoint and seed: the base's bits per byte, Krony's and the distilled model's after
     continued training, ``gap`` (Krony minus distilled, bits per byte) and ``percent_ahead`` (Krony's lead in %
     of the distilled model's bits per byte). SmolLM2's rows are there once its central comparison has run."""
-    figures = figures_dir()
+    figures = REPO_ROOT / "figures"  # the committed cpu tables, whichever folder a notebook run writes to
     parts = [_grid_setting("our base (cpu)", figures / "03_krony_trend.csv", figures / "03_krony_bases.csv"),
              _grid_setting("GPT-2 small dims (GPU)", GPU_TABLES / "03_krony_trend.csv",
                            GPU_TABLES / "03_krony_bases.csv")]
