@@ -71,7 +71,7 @@ def trend_points(smol_results: Path = SMOL_RESULTS) -> pd.DataFrame:
         parts.append(_smol_setting(smol_results))
     points = pd.concat(parts, ignore_index=True)
     points["gap"] = points["krony_bpb"] - points["distilled_bpb"]
-    points["percent_ahead"] = 100 * (points["distilled_bpb"] - points["krony_bpb"]) / points["distilled_bpb"]
+    points["percent_ahead"] = percent_ahead(points["krony_bpb"], points["distilled_bpb"])
     return points
 
 
