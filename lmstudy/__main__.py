@@ -3,7 +3,7 @@
 Commands:
   data list | verify [NAMES] | fetch NAME | stats    the corpus catalogue (lmstudy.data)
   data add NAME PATH                                 register your own corpus (lmstudy.data.add_corpus)
-  study NAME --scale smoke|cpu|paper [-p KEY VALUE] [--second-worker]
+  study NAME --scale smoke|cpu|paper [--model M] [-p KEY VALUE] [--second-worker]
                                                      run a study notebook with papermill
   krony table                                        Krony-PT parameter accounting (paper Tables 1 and 2)
   generate --model DIR --code C --prompt TEXT        control-coded generation (CTRL study)
@@ -50,6 +50,11 @@ def _add_study_command(subparsers) -> None:
         "stay words); init_from (studies 02, 04) takes a local Hugging Face folder or a cached hub id",
     )
     study.add_argument(
+        "--model", default="",
+        help="run the study on a pretrained model instead of its own base, with that model's preset "
+        "(lmstudy.scales.MODEL_PRESETS: 02_entity_transformer --model smollm2, the fetched SmolLM2-135M)",
+    )
+    study.add_argument(
         "--second-worker", action="store_true",
         help="a second process trains the study's runs from the other end of its run list meanwhile, in the same "
         "run cache; each of the two gets half the cores (studies 01_embedding_init, 02_entity_transformer, "
@@ -63,7 +68,10 @@ def _run_study(args) -> int:
 
     try:
         output = run_study(args.name, scale=args.scale, overrides=parse_overrides(args.parameter),
-                           second_worker=args.second_worker)
+                           second_worker=args.second_worker, model=args.model)
+    except ValueError as error:  # a model without a preset for this study or scale
+        print(f"lmstudy: error: {error}", file=sys.stderr)
+        return 2
     except StudyFailed as error:  # the notebook's error in one line; its traceback is in the executed copy
         print(f"lmstudy: error: {error}", file=sys.stderr)
         return 1

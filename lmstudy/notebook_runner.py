@@ -14,7 +14,7 @@ from pathlib import Path
 import yaml
 
 from lmstudy.paths import notebooks_dir, runs_dir
-from lmstudy.scales import SCALES, preset
+from lmstudy.scales import SCALES, model_preset, preset
 
 
 # YAML 1.1 booleans that are words in a parameter value (``mixed_precision="no"``, ``"on"``).
@@ -60,8 +60,10 @@ class StudyFailed(RuntimeError):
 
 
 def run_study(name: str, scale: str = "smoke", overrides: dict | None = None, output: Path | None = None,
-              second_worker: bool = False) -> Path:
-    """Execute a study notebook at ``scale``; returns the path of the executed notebook. ``second_worker``: a second
+              second_worker: bool = False, model: str = "") -> Path:
+    """Execute a study notebook at ``scale``; returns the path of the executed notebook. ``model``: on that pretrained
+    model instead of the study's own base (its preset, :data:`lmstudy.scales.MODEL_PRESETS`, laid over the scale's;
+    the executed copy is ``NAME-SCALE-MODEL.ipynb``). ``second_worker``: a second
     process trains the study's run list from its other end meanwhile (:mod:`lmstudy.second_worker`), each of the
     two on half the cores; it is waited for when the notebook is done (it has only cached runs left to read then),
     and stopped if the notebook fails."""
@@ -71,7 +73,9 @@ def run_study(name: str, scale: str = "smoke", overrides: dict | None = None, ou
         raise ValueError(f"unknown scale {scale!r}; choose one of {', '.join(SCALES)}")
     notebook = find_notebook(name)
     declared = papermill.inspect_notebook(str(notebook))
-    parameters = {**preset(notebook.stem, scale), **(overrides or {}), "scale": scale}
+    # the model's parameters travel as overrides (to the second worker too)
+    overrides = {**(model_preset(notebook.stem, scale, model) if model else {}), **(overrides or {})}
+    parameters = {**preset(notebook.stem, scale), **overrides, "scale": scale}
     unknown = sorted(set(parameters) - set(declared))
     if unknown:
         raise KeyError(
@@ -79,7 +83,7 @@ def run_study(name: str, scale: str = "smoke", overrides: dict | None = None, ou
             f"its parameters are: {', '.join(sorted(declared))}"
         )
     if output is None:
-        output = runs_dir() / "notebooks" / f"{notebook.stem}-{scale}.ipynb"
+        output = runs_dir() / "notebooks" / f"{notebook.stem}-{scale}{f'-{model}' if model else ''}.ipynb"
     output.parent.mkdir(parents=True, exist_ok=True)
     # The kernel's inline backend needs no display and embeds every shown figure in the executed notebook.
     os.environ.setdefault("MPLBACKEND", "module://matplotlib_inline.backend_inline")
@@ -87,7 +91,7 @@ def run_study(name: str, scale: str = "smoke", overrides: dict | None = None, ou
     if second_worker:
         from lmstudy import second_worker as workers
 
-        worker = workers.start(notebook.stem, scale, overrides or {})
+        worker = workers.start(notebook.stem, scale, overrides)
         os.environ.update(workers.half_the_cores())  # the notebook's kernel: the other half
     try:
         papermill.execute_notebook(

@@ -137,7 +137,7 @@ PRESETS: dict[str, dict[str, dict]] = {
             batch_size=4, budgets=[2, 4, 8], lr=1e-3, warmup_steps=2, eval_every=4, seeds=[0, 1],
             ablation_seeds=[0, 1], mixed_precision="no", lambada_examples=20, timing_steps=4, similarity_docs=2,
             tsne_entities=5, ner_corpus="litbank", ner_train_docs=2, ner_eval_docs=1, ner_hidden=16, ner_epochs=2,
-            ner_lr=0.01, ner_batch_size=32, max_doc_tokens=0,
+            ner_lr=0.01, ner_batch_size=32, max_doc_tokens=0, entity_top_layers=0, trained_top_layers=0,
         ),
         # The published run: the cpu shared base (3x192, context 256, 8k BPE), every GUM + LitBank document (445k
         # training sub-tokens, 62k dev, 64k test with the base's BPE), batch 8 x 256 (239 steps a pass over the training
@@ -149,6 +149,7 @@ PRESETS: dict[str, dict[str, dict]] = {
             ablation_seeds=[0, 1, 2], mixed_precision="no", lambada_examples=1500, timing_steps=20,
             similarity_docs=0, tsne_entities=10, ner_corpus="litbank", ner_train_docs=0, ner_eval_docs=0,
             ner_hidden=64, ner_epochs=4, ner_lr=0.001, ner_batch_size=32, max_doc_tokens=0,
+            entity_top_layers=0, trained_top_layers=0,
         ),
         # GPT-2 small from real weights on a GPU, the paper's learning rate; all documents and LAMBADA passages.
         # Batch 8 x 512 GPT-2 sub-tokens (~120 steps a pass); budgets 125, 500 and 2,000 steps (1, 4 and 16
@@ -159,6 +160,7 @@ PRESETS: dict[str, dict[str, dict]] = {
             seeds=[0, 1, 2], ablation_seeds=[0, 1, 2], mixed_precision="bf16", lambada_examples=0, timing_steps=50,
             similarity_docs=0, tsne_entities=10, ner_corpus="litbank", ner_train_docs=0, ner_eval_docs=0,
             ner_hidden=512, ner_epochs=20, ner_lr=1e-4, ner_batch_size=32, max_doc_tokens=0,
+            entity_top_layers=0, trained_top_layers=0,
         ),
     },
     # Welch et al. 2020, Section 3 + appendix (lmstudy.welch.extended, lmstudy.welch.hpsearch, lmstudy.welch.ngram):
@@ -319,6 +321,31 @@ SMOLLM2_KRONY: dict[str, dict] = {
                 domains=None, domain_documents=5, eval_batch_size=4),
 }
 
+# Study 02 on SmolLM2 (issue 50; `python -m lmstudy study 02_entity_transformer --scale cpu --model smollm2`): what
+# differs from the study's own preset at that scale. Every model is SmolLM2-135M as a LlamaE (entity sub-layers in the
+# top ``entity_top_layers`` decoder layers) or its plain twin, only the top ``trained_top_layers`` layers trained in
+# both arms (the frozen 26 cost one forward pass; a step of the top 4 costs about 1.5x a forward pass of the whole
+# model: the whole model trained would be about 3x). cpu: GUM + LitBank train is 386k SmolLM2 tokens, 189 steps of
+# 8 x 256 a pass; budgets 50, 100, 200 steps (a quarter, a half and one pass: 102k-410k positions), validation every
+# 50; lr 1e-4 (five times the paper's 2e-5 for a whole GPT-2: four blocks for 200 steps, not all for 1e5); bf16
+# autocast in the training step (evaluation stays fp32, the shared protocol's); 500 LAMBADA passages; the
+# ablations one seed (each costs a GPT2E run). The run spans two stages of about 2.5 hours (docs/study-02).
+SMOLLM2_ENTITY: dict[str, dict] = {
+    # Seconds: the smoke preset on the fetched SmolLM2 (the tests give a tiny Llama folder as init_from).
+    "smoke": dict(init_from="smollm2", entity_top_layers=1, trained_top_layers=1, budgets=[1, 2], eval_every=2,
+                  warmup_steps=1, seeds=[0], ablation_seeds=[0], lambada_examples=5, max_doc_tokens=128,
+                  timing_steps=2),
+    "cpu": dict(init_from="smollm2", entity_top_layers=4, trained_top_layers=4, budgets=[50, 100, 200],
+                eval_every=50, lr=1e-4, warmup_steps=20, seeds=[0, 1, 2], ablation_seeds=[0], mixed_precision="bf16",
+                lambada_examples=500, timing_steps=10),
+}
+
+# The pretrained models a study notebook runs on besides its own base (`python -m lmstudy study NAME --model M`):
+# notebook -> model -> scale -> the parameters laid over that scale's preset.
+MODEL_PRESETS: dict[str, dict[str, dict[str, dict]]] = {
+    "02_entity_transformer": {"smollm2": SMOLLM2_ENTITY},
+}
+
 # Notebook parameters that are not sizes, the same at every scale (their default in the parameters cell): notebook
 # 04 evaluates an exported model instead of training when given one (checkpoint), and its repetition sweep
 # continues every neutral prompt unless told fewer (sweep_prompts; the paper dry run uses one).
@@ -327,10 +354,22 @@ NOTEBOOK_OPTIONS: dict[str, dict] = {
 }
 
 
-def preset(study: str, scale: str) -> dict:
-    """The parameters of ``study`` at ``scale`` (a copy: callers may update it)."""
+def preset(study: str, scale: str, model: str = "") -> dict:
+    """The parameters of ``study`` at ``scale`` (a copy: callers may update it); ``model``: with that pretrained
+    model's parameters (:func:`model_preset`) laid over them."""
     if study not in PRESETS:
         raise KeyError(f"no scale presets for study {study!r}; studies: {', '.join(sorted(PRESETS))}")
     if scale not in SCALES:
         raise ValueError(f"unknown scale {scale!r}; choose one of {', '.join(SCALES)}")
-    return dict(PRESETS[study][scale])
+    return {**PRESETS[study][scale], **(model_preset(study, scale, model) if model else {})}
+
+
+def model_preset(study: str, scale: str, model: str) -> dict:
+    """What ``study`` at ``scale`` changes of its preset to run on the pretrained ``model`` (:data:`MODEL_PRESETS`)."""
+    models = MODEL_PRESETS.get(study, {})
+    if model not in models:
+        raise ValueError(f"study {study!r} has no preset for model {model!r}; its models: "
+                         f"{', '.join(sorted(models)) or '(none)'}")
+    if scale not in models[model]:
+        raise ValueError(f"study {study!r} on {model} has no {scale!r} preset; scales: {', '.join(models[model])}")
+    return dict(models[model][scale])

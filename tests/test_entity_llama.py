@@ -160,3 +160,10 @@ def test_the_entity_study_runs_on_a_llama_with_its_top_layers_trained(tiny_llama
     check = export.check_export(config)
     assert check["config_class"] == "LlamaEConfig"
     assert check["test_ppl_reloaded"] == pytest.approx(check["test_ppl_recorded"], rel=1e-6)
+
+
+def test_the_figures_of_a_fetched_model_carry_its_name():
+    from lmstudy.entity.config import EntityStudyConfig, figure_prefix
+
+    assert figure_prefix(EntityStudyConfig(init_from="smollm2")) == "02_entity_smollm2_"
+    assert figure_prefix(EntityStudyConfig()) == figure_prefix(EntityStudyConfig(init_from="gpt2")) == "02_entity_"

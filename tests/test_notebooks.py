@@ -19,6 +19,7 @@ import pytest
 from lmstudy.notebook_runner import find_notebook, parse_overrides
 from lmstudy.paths import notebooks_dir
 from lmstudy.scales import NOTEBOOK_OPTIONS, PRESETS, SCALES
+from test_smollm2 import tiny_llama_folder  # noqa: F401  (a fixture)
 
 NOTEBOOKS = sorted(notebooks_dir().glob("*.ipynb"))
 
@@ -111,3 +112,50 @@ def test_study_without_pretrained_weights_fails_in_one_line(isolated_env, tmp_pa
     assert len(lines) == 1 and "MissingWeights: init_from='gpt2'" in lines[0]
     assert "hf download gpt2 --local-dir models/gpt2" in lines[0] and "Traceback" not in result.stderr
     assert (tmp_path / "runs" / "notebooks" / "04_control_codes-paper.ipynb").is_file()
+
+
+def test_model_presets_lay_over_the_scale_preset_with_the_notebook_s_parameters():
+    """``study NAME --model M``: every model preset names a study with presets, scales it has, and only parameters
+    its notebook declares; ``preset(..., model)`` is the scale's preset with the model's laid over it."""
+    from lmstudy.scales import MODEL_PRESETS, model_preset, preset
+
+    for study, models in MODEL_PRESETS.items():
+        declared = set(papermill.inspect_notebook(str(find_notebook(study))))
+        for model, scales in models.items():
+            assert set(scales) <= set(SCALES) and scales, (study, model)
+            for scale, values in scales.items():
+                assert set(values) <= declared, (study, model, sorted(set(values) - declared))
+                assert preset(study, scale, model) == {**PRESETS[study][scale], **values}
+                assert model_preset(study, scale, model) == values
+    assert preset("02_entity_transformer", "cpu", "smollm2")["init_from"] == "smollm2"
+    with pytest.raises(ValueError, match="no preset for model 'nonesuch'; its models: smollm2"):
+        model_preset("02_entity_transformer", "cpu", "nonesuch")
+    with pytest.raises(ValueError, match="no preset for model 'smollm2'; its models: \\(none\\)"):
+        model_preset("00_quickstart", "cpu", "smollm2")
+
+
+def test_study_cli_rejects_a_model_without_a_preset(isolated_env):
+    result = _cli("study", "quickstart", "--model", "smollm2", env=isolated_env)
+    assert result.returncode == 2 and "study '00_quickstart' has no preset for model 'smollm2'" in result.stderr
+
+
+@pytest.mark.slow  # the whole notebook on a tiny Llama: ~1 min
+def test_the_entity_notebook_runs_on_a_llama_with_the_smollm2_preset(tiny_llama_folder, isolated_env, tmp_path,
+                                                                      monkeypatch):
+    """Notebook 02 with ``--model smollm2`` (issue 50), a tiny Llama in SmolLM2's layout given as ``init_from``:
+    every cell runs on LlamaE (Tables 2-4, t-SNE, NER probe, claims, the export), no cell errs."""
+    from conftest import require_corpus
+    from lmstudy.notebook_runner import run_study
+
+    for corpus in ("gum", "litbank", "lambada"):
+        require_corpus(corpus)
+    for key, value in isolated_env.items():
+        monkeypatch.setenv(key, value)
+    executed = run_study("02_entity_transformer", "smoke", overrides={"init_from": str(tiny_llama_folder)},
+                         model="smollm2")
+    assert executed == tmp_path / "runs" / "notebooks" / "02_entity_transformer-smoke-smollm2.ipynb"
+    cells = json.loads(executed.read_text())["cells"]
+    assert any("entity_top_layers = 1" in "".join(c["source"]) for c in cells)  # the model's preset was injected
+    figures = tmp_path / "figures" / "smoke"
+    assert {"02_entity_runs.csv", "02_entity_claims.csv", "02_entity_tsne.png", "02_entity_ner.csv"} <= {
+        path.name for path in figures.iterdir()}

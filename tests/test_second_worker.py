@@ -44,15 +44,17 @@ def test_the_flag_reaches_the_study_runner(monkeypatch, tmp_path):
     calls = []
     executed = tmp_path / "done.ipynb"
 
-    def run_study(name, scale, overrides, second_worker):
-        calls.append((name, scale, overrides, second_worker))
+    def run_study(name, scale, overrides, second_worker, model):
+        calls.append((name, scale, overrides, second_worker, model))
         return executed
 
     monkeypatch.setattr(notebook_runner, "run_study", run_study)
     monkeypatch.setattr(notebook_runner, "final_printout", lambda path: "")
     assert main(["study", "03_kronecker", "--scale", "smoke", "-p", "seeds", "[0]", "--second-worker"]) == 0
     assert main(["study", "03_kronecker", "--scale", "smoke"]) == 0
-    assert calls == [("03_kronecker", "smoke", {"seeds": [0]}, True), ("03_kronecker", "smoke", {}, False)]
+    assert main(["study", "02_entity_transformer", "--scale", "cpu", "--model", "smollm2"]) == 0
+    assert calls == [("03_kronecker", "smoke", {"seeds": [0]}, True, ""), ("03_kronecker", "smoke", {}, False, ""),
+                     ("02_entity_transformer", "cpu", {}, False, "smollm2")]
 
 
 def test_two_processes_get_half_the_cores_unless_told(monkeypatch):

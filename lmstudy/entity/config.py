@@ -127,6 +127,12 @@ class EntityStudyConfig:
         return {"base": load_base(self).identity, **{key: getattr(self, key) for key in keys}, **cut}
 
 
+def figure_prefix(config: EntityStudyConfig) -> str:
+    """The first part of the study's file names in figures/: ``02_entity_`` on our base (or a GPT-2 folder), with
+    the fetched model's name added on one (``02_entity_smollm2_``), so the two studies' tables sit side by side."""
+    return f"02_entity_{config.init_from}_" if config.init_from in PRETRAINED_MODELS else "02_entity_"
+
+
 def load_base(config: EntityStudyConfig) -> StudyBase:
     """The GPT-2 both models start from (float32, eval mode; never changed: :func:`initial_model` copies it).
 

@@ -23,15 +23,22 @@ from lmstudy.runs import Run, cached
 from lmstudy.training import adamw, process_device
 
 
-def timed_step(model, task, batch, carry, optimizer, device) -> tuple[float, object]:
-    """Seconds of one training step (task loss with the carry, backward, clip to 1.0, AdamW) and the new carry."""
+# mixed_precision (TrainConfig's) -> the autocast dtype of the training step's forward pass
+AUTOCAST_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
+
+
+def timed_step(model, task, batch, carry, optimizer, device, mixed_precision: str = "no") -> tuple[float, object]:
+    """Seconds of one training step (task loss with the carry, backward, clip to 1.0, AdamW) and the new carry; the
+    forward pass under autocast when ``mixed_precision`` is ``bf16``/``fp16``, as the training loop runs it."""
     def synchronize():
         if device.type == "cuda":
             torch.cuda.synchronize(device)
 
     synchronize()
     start = time.perf_counter()
-    loss, _, carry = task.loss(model, batch, carry)
+    dtype = AUTOCAST_DTYPES.get(mixed_precision)
+    with torch.autocast(device.type, dtype=dtype or torch.bfloat16, enabled=dtype is not None):
+        loss, _, carry = task.loss(model, batch, carry)
     optimizer.zero_grad(set_to_none=True)
     loss.backward()
     torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
@@ -41,12 +48,14 @@ def timed_step(model, task, batch, carry, optimizer, device) -> tuple[float, obj
 
 
 def compare_step_times(models: dict[str, torch.nn.Module], task: EntityLMTask, steps: int, warmup: int = 1,
-                       device=None) -> dict[str, list[float]]:
+                       device=None, mixed_precision: str = "no") -> dict[str, list[float]]:
     """Seconds per step of each model on the same batches, models alternating (and which goes first too), after
-    ``warmup`` untimed steps each (the first step allocates the activations and AdamW's state)."""
+    ``warmup`` untimed steps each (the first step allocates the activations and AdamW's state); the optimizer
+    holds the trainable weights only (a frozen base has no AdamW state)."""
     device = torch.device(device or "cpu")
     batches = task.batches(0)
-    optimizers = {name: adamw(m.parameters(), lr=1e-5) for name, m in models.items()}  # as training's
+    optimizers = {name: adamw([p for p in m.parameters() if p.requires_grad], lr=1e-5)  # as training's
+                  for name, m in models.items()}
     carries = {name: None for name in models}
     times = {name: [] for name in models}
     names = list(models)
@@ -56,7 +65,8 @@ def compare_step_times(models: dict[str, torch.nn.Module], task: EntityLMTask, s
         batch = batches[step % len(batches)]
         for name in names if step % 2 == 0 else names[::-1]:
             models[name].train()
-            seconds, carries[name] = timed_step(models[name], task, batch, carries[name], optimizers[name], device)
+            seconds, carries[name] = timed_step(models[name], task, batch, carries[name], optimizers[name], device,
+                                                mixed_precision)
             if step >= warmup:
                 times[name].append(seconds)
     return times
@@ -76,7 +86,8 @@ def step_time_run(config: EntityStudyConfig) -> dict:
         task = EntityLMTask(docs["train"], docs["valid"], batch_size=config.batch_size, seq_len=config.seq_len,
                             pad_id=base.tokenizer.eos_token_id)
         models = {name: initial_model(base.model, name, 0, config).to(device) for name in VARIANTS}
-        times = compare_step_times(models, task, config.timing_steps, device=device)
+        times = compare_step_times(models, task, config.timing_steps, device=device,
+                                   mixed_precision=config.mixed_precision)
         flops = {name: training_flops_per_token(model.config, config.seq_len) for name, model in models.items()}
         return {"seconds": {name: statistics.median(values) for name, values in times.items()},
                 "overhead_pct": {name: 100 * (statistics.median(t / g for t, g in zip(values, times["GPT2"])) - 1)
@@ -84,6 +95,7 @@ def step_time_run(config: EntityStudyConfig) -> dict:
                 "flops_per_token": flops,
                 "flops_overhead_pct": {name: 100 * (value / flops["GPT2"] - 1) for name, value in flops.items()},
                 "steps": config.timing_steps, "threads": torch.get_num_threads(), "device": str(device),
+                "mixed_precision": config.mixed_precision,
                 "batch": [config.batch_size, config.seq_len]}
 
     return cached(STUDY, run_config, fn)
@@ -93,6 +105,8 @@ def step_time_table(timing: dict) -> pd.DataFrame:
     """Seconds per training step of every variant (:func:`step_time_run`) and the FLOP ratio beside the
     measured one, then the paper's GPT2 / GPT2E."""
     where = f"{timing['device']}, {timing['threads']} thread(s), batch {timing['batch'][0]} x {timing['batch'][1]}"
+    if timing.get("mixed_precision", "no") != "no":  # runs timed before the option was kept ran in float32
+        where += f", {timing['mixed_precision']} autocast"
     rows = [{"model": name, "s/step": seconds, "time overhead %": timing["overhead_pct"][name],
              "FLOPs/token": timing["flops_per_token"][name], "FLOP overhead %": timing["flops_overhead_pct"][name],
              "where": where} for name, seconds in timing["seconds"].items()]
