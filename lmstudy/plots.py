@@ -57,12 +57,13 @@ def short_number(value: float) -> str:
 
 
 def gap_trend(gaps: pd.DataFrame, level: str, series: dict[str, str], xlabel: str, ylabel: str,
-              title: str = "") -> plt.Figure:
+              title: str = "", axis: plt.Axes | None = None) -> plt.Figure:
     """A claim's gap against compute: for each column of ``gaps`` named in ``series`` (column -> legend label),
     every seed's value (dots) and the mean with its seed std (error bars) at each ``level`` (the column of the
     compute levels: tokens, steps, epochs), on a log axis labelled at the levels; a line at zero. Series are
-    drawn side by side (a small shift) so their bars do not hide one another."""
-    figure, axis = plt.subplots(figsize=(6.5, 4))
+    drawn side by side (a small shift) so their bars do not hide one another. ``axis``: draw there (a panel of a
+    larger figure) instead of in a figure of its own."""
+    figure, axis = plt.subplots(figsize=(6.5, 4)) if axis is None else (axis.figure, axis)
     shifts = [1 + 0.06 * (i - (len(series) - 1) / 2) for i in range(len(series))]
     for (column, label), shift, colour in zip(series.items(), shifts, (f"C{i}" for i in range(10))):
         summary = gaps.groupby(level)[column].agg(["mean", "std"]).reset_index()

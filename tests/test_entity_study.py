@@ -412,3 +412,30 @@ def test_pipeline_end_to_end_on_corpus_slices(tmp_path, monkeypatch):
     assert check["test_ppl_reloaded"] == pytest.approx(check["test_ppl_recorded"], rel=1e-6)
     again = runs.perplexity_runs(config)  # cached: the same numbers, nothing retrained
     pd.testing.assert_frame_equal(again, table2)
+
+
+def test_the_trends_of_two_bases_side_by_side_in_percent_of_gpt2():
+    """Relative gaps: GPT2E (gold) 2% under GPT2 and 1% under its null-entity reading, at every budget and seed;
+    one panel per base."""
+    import matplotlib.pyplot as plt
+
+    from lmstudy.entity.plots import plot_trends_beside, relative_trend_gaps
+
+    def trend(scale: float) -> pd.DataFrame:
+        rows = []
+        for step in (10, 20):
+            for seed in (0, 1):
+                gpt2 = scale * (50 + step + seed)
+                rows += [{"model": "GPT2", "seed": seed, "step": step, "tokens": 100 * step, "test_ppl": gpt2,
+                          "test_ppl_no_entities": float("nan")},
+                         {"model": "GPT2E", "seed": seed, "step": step, "tokens": 100 * step, "test_ppl": 0.98 * gpt2,
+                          "test_ppl_no_entities": 0.99 * gpt2}]
+        return pd.DataFrame(rows)
+
+    gaps = relative_trend_gaps(trend(7.0))
+    assert len(gaps) == 4
+    assert gaps["model_gap"].to_numpy() == pytest.approx([-2.0] * 4)
+    assert gaps["entity_gap"].to_numpy() == pytest.approx([-1.0] * 4)
+    figure = plot_trends_beside({"3M base": trend(7.0), "SmolLM2": trend(0.5)}, title="t")
+    assert [axis.get_title() for axis in figure.axes] == ["3M base", "SmolLM2"]
+    plt.close(figure)

@@ -1,10 +1,12 @@
-"""The entity study's figures: the loss curves (the paper's Figures 2-3) and the trend of the two gaps."""
+"""The entity study's figures: the loss curves (the paper's Figures 2-3), the trend of the two gaps, and the trends
+of two bases side by side (our 3M base and SmolLM2)."""
 
 from __future__ import annotations
 
 import pandas as pd
 
 from lmstudy.entity.claims import trend_gaps
+from lmstudy.plots import gap_trend
 
 COLOURS = {"GPT2": "tab:orange", "GPT2E": "tab:blue"}  # the paper's Figures 2-3
 
@@ -32,8 +34,31 @@ def plot_trend(trend: pd.DataFrame, title: str = ""):
     """The two gaps of :func:`lmstudy.entity.claims.trend_gaps` against fine-tuning tokens
     (:func:`lmstudy.plots.gap_trend`: every seed, and the mean with its seed std): GPT2E's gold minus null
     entities, and GPT2E minus GPT2; below zero, the entities (GPT2E) help."""
-    from lmstudy.plots import gap_trend
+    return gap_trend(trend_gaps(trend), "tokens", GAP_LABELS, xlabel="fine-tuning tokens",
+                     ylabel="test ppl difference (< 0: better)", title=title)
 
-    return gap_trend(trend_gaps(trend), "tokens", {"entity_gap": "GPT2E: gold minus null entities",
-                                                   "model_gap": "GPT2E (gold) minus GPT2"},
-                     xlabel="fine-tuning tokens", ylabel="test ppl difference (< 0: better)", title=title)
+
+GAP_LABELS = {"entity_gap": "GPT2E: gold minus null entities", "model_gap": "GPT2E (gold) minus GPT2"}
+
+
+def relative_trend_gaps(trend: pd.DataFrame) -> pd.DataFrame:
+    """:func:`lmstudy.entity.claims.trend_gaps` in % of GPT2's test perplexity at the same budget and seed: bases
+    with different tokenizers (and so perplexities) on one scale."""
+    gaps = trend_gaps(trend)
+    gpt2 = trend[trend["model"] == "GPT2"].set_index(["step", "seed"])["test_ppl"]
+    reference = gpt2.reindex(pd.MultiIndex.from_frame(gaps[["step", "seed"]])).to_numpy()
+    return gaps.assign(**{column: 100 * gaps[column] / reference for column in GAP_LABELS})
+
+
+def plot_trends_beside(trends: dict[str, pd.DataFrame], title: str = ""):
+    """The two gaps against fine-tuning tokens for each base of ``trends`` (name -> :func:`trend_table`), one
+    panel each, in % of GPT2's test perplexity (:func:`relative_trend_gaps`)."""
+    import matplotlib.pyplot as plt
+
+    figure, axes = plt.subplots(1, len(trends), figsize=(6.5 * len(trends), 4), squeeze=False)
+    for axis, (name, trend) in zip(axes[0], trends.items()):
+        gap_trend(relative_trend_gaps(trend), "tokens", GAP_LABELS, xlabel="fine-tuning tokens",
+                  ylabel="test ppl difference, % of GPT2's (< 0: better)", title=name, axis=axis)
+    figure.suptitle(title)
+    figure.tight_layout()
+    return figure
