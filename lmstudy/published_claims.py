@@ -53,6 +53,8 @@ PUBLISHED = {table.study: table for table in (
                    "Stylianou & Vlahavas 2020, Entity-Transformers"),
     PublishedTable("03", "lmstudy.krony.claims:published_claims", "03_krony_claims.csv",
                    "Krony-PT 2024"),
+    PublishedTable("03-smollm2", "lmstudy.krony.claims:published_smol_claims", "03_krony_smollm2_claims.csv",
+                   "Krony-PT 2024 on SmolLM2-135M: Krony vs distilled vs vanilla, inits, Table 6"),
     PublishedTable("03-quality", "lmstudy.krony.quality_trend:published_claims", "03_krony_quality_claims.csv",
                    "Krony-PT 2024: Krony vs distilled against the base's quality (our base, GPU, SmolLM2)"),
     PublishedTable("04", "lmstudy.ctrl.claims:published_claims", "04_control_codes_claims.csv",

@@ -130,3 +130,47 @@ def test_the_quality_trend_adds_smollm2_from_its_central_table(tmp_path):
     assert len(table) == len(without.groupby(["setting", "checkpoint"])) + 1
     assert table["level"].is_monotonic_increasing  # worst base first
     assert table.iloc[-1]["verdict"] == "does not hold"  # Krony 0.1 bits per byte behind at every seed
+
+
+def test_the_smollm2_claims_pair_the_central_seeds_and_read_one_seed_elsewhere():
+    """smol_claims on made-up tables: Krony 2% ahead of distilled in every seed (holds), vanilla level with
+    distilled (an equivalence: holds), the grid's other class and Table 6 one seed each; the init of the central
+    rows is the one of lowest validation loss at seed 0, not the test's best."""
+    import pandas as pd
+
+    from lmstudy.claims import VERDICTS
+    from lmstudy.krony.claims import smol_claims
+
+    def row(model, size_class, seed, bpb, init=None, factors=None, scalars=None, val=7.0):
+        return {"model": model, "class": size_class, "seed": seed, "init": init, "factors": factors,
+                "scalars": scalars, "wikitext_bpb": bpb, "lambada_ppl": 100 * bpb, "best_val_loss": val}
+
+    central = pd.DataFrame(
+        [row("Krony", "81M", 0, 3.0, "van_loan", 3, False, val=7.0),
+         row("Krony", "81M", 0, 2.0, "random", 3, False, val=7.5)]  # best on test, not on validation
+        + [row("Krony", "81M", s, 0.98 * (3.0 + 0.01 * s), "van_loan", 3, False) for s in (1, 2)]
+        + [row("distilled", "81M", s, 3.0 + 0.01 * s) for s in (0, 1, 2)]
+        + [row("narrowed, no teacher", "81M", s, 3.0 + 0.01 * s + 0.0001 * s) for s in (0, 1, 2)])
+    central.loc[0, "wikitext_bpb"] = 0.98 * 3.0
+    central.loc[0, "lambada_ppl"] = 100 * 0.98 * 3.0
+    grid = pd.DataFrame([row("Krony", "96M", 0, 2.5, "van_loan", 2, False), row("Krony", "96M", 0, 2.6, "random", 2,
+                                                                                 False),
+                         row("distilled", "96M", 0, 2.4), row("narrowed, no teacher", "96M", 0, 2.45)])
+    table6 = pd.DataFrame([row("Krony", "81M", 0, 3.0, "van_loan", n, scalars) for n in (1, 2) for scalars in
+                           (False, True)])
+    table = smol_claims(central, grid, table6).set_index(["claim", "dataset"])
+    assert set(table["verdict"]) <= set(VERDICTS)
+    central_row = table.loc[("Our 81M model variant outperforms distilgpt2 on all standard language modeling "
+                             "datasets", "WikiText-2 test")]
+    assert central_row["verdict"] == "holds" and central_row["seeds"] == 3 and "van_loan" in central_row["note"]
+    vanilla = table.loc[("Distillation: empirical evidence shows no benefits compared to only vanilla supervised "
+                         "learning: 81M class", "WikiText-2 test")]
+    assert vanilla["verdict"] == "holds"
+    other = table.loc[("Our 96M model variant outperforms distilgpt2 on all standard language modeling datasets",
+                       "WikiText-2 test")]
+    assert other["verdict"] == "one seed"
+    van_loan = table.loc[("Van Loan init passes on the pre-training ('VL is not a random initialization', Sec. "
+                          "5.2): beats random init, 96M class", "WikiText-2 test")]
+    assert van_loan["verdict"] == "one seed" and van_loan["effect"].startswith("+3.8")  # (2.6 - 2.5) / 2.6
+    assert table.filter(like="Adding multiple factors", axis=0)["verdict"].tolist() == ["one seed"]
+    assert table.filter(like="scalars can", axis=0)["verdict"].tolist() == ["one seed", "one seed"]

@@ -1,5 +1,6 @@
-"""The Krony study's claims, as the paper states them, through :mod:`lmstudy.claims`' one rule (:func:`claims`),
-and the published claims table rebuilt from the committed cpu tables (:func:`published_claims`)."""
+"""The Krony study's claims, as the paper states them, through :mod:`lmstudy.claims`' one rule: on our base
+(:func:`claims`, the published table rebuilt from the committed cpu tables by :func:`published_claims`) and on
+SmolLM2 (:func:`smol_claims`, from ``results/krony_smollm2`` by :func:`published_smol_claims`)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import pandas as pd
 from lmstudy.claims import ClaimRow, Effect, Spread, by_seed, claims_table, differences, trend_rows, unpaired
 from lmstudy.krony.config import LABELS, STUDY_NOTEBOOK, KronyConfig
 from lmstudy.krony.study_tables import best_init
-from lmstudy.paths import figures_dir
+from lmstudy.paths import REPO_ROOT, figures_dir
 from lmstudy.scales import preset
 
 # The paper's Table 4 (perplexity, GPT-2's tokenizer, the paper's own evaluation; "" where it has no number).
@@ -28,6 +29,7 @@ PAPER_TABLE4 = pd.DataFrame([
 # for one text and one tokenizer the two are proportional, so the same share reads both). Both come from the
 # paper's smallest reported win, Krony-PT-81M over DistilGPT2 on WikiText-2 (34.99 vs 36.48 perplexity, Table 4):
 # 1.16% of DistilGPT2's log perplexity.
+SMOL_RESULTS = REPO_ROOT / "results" / "krony_smollm2"  # `python -m lmstudy krony smol --scale cpu`'s tables
 NEGLIGIBLE_PERCENT = 0.1  # a tenth of that win: a real difference below it is negligible
 SIMILAR_PERCENT = 1.0  # "do not help much", "no benefits": within ± 1%, just under the smallest win the paper reports
 
@@ -114,6 +116,42 @@ def _paper_table4(column: str, krony: str, what: str) -> str:
             f"{effect:+.2f}%")
 
 
+INIT_WORDINGS = {"van_loan": "Van Loan init passes on the pre-training ('VL is not a random initialization', Sec. 5.2)",
+                 "prune": "The pruning-based initialization (Sec. 3.4.2) passes on the pre-training"}
+
+
+def init_rows(grid: pd.DataFrame, classes, inits, seed: int) -> list[ClaimRow]:
+    """Van Loan and pruning each against random init, per class, from a one-seed grid (``seed``)."""
+    final = grid[grid["model"] == LABELS["krony"]]
+    return [_compare(f"{INIT_WORDINGS[init]}: beats random init, {size_class} class",
+                     _values(final, "wikitext_bpb", seed, **{"class": size_class, "init": init}),
+                     _values(final, "wikitext_bpb", seed, **{"class": size_class, "init": "random"}), (init, "random"),
+                     "bits/byte", dataset="WikiText-2 test", paper="no number",
+                     note="the grid ran seed 0 only (the trend's other seeds are of one init: random has none to pair)")
+            for size_class in classes
+            for init in [init for init in ("van_loan", "prune") if init in inits and "random" in inits]]
+
+
+def table6_claim_rows(table6_rows: pd.DataFrame, factors, size_class: str, seed: int, factors_note: str
+                      ) -> list[ClaimRow]:
+    """Table 6's two sentences (Sec. 4.4) at ``size_class`` from its one-seed runs: every factor count against 1
+    (an equivalence), and scalars against none at every factor count. ``factors_note``: what the paper compared."""
+    rows = [_compare(
+        f"Adding multiple factors do not help much (Sec. 4.4): {n} factors vs 1, {size_class} class",
+        _values(table6_rows, "wikitext_bpb", seed, factors=n, scalars=False),
+        _values(table6_rows, "wikitext_bpb", seed, factors=1, scalars=False), (f"{n} factors", "1"),
+        "bits/byte", similar=True, dataset="WikiText-2 test", paper="Table 6 left empty",
+        note=f"equivalence within ± {SIMILAR_PERCENT:g}% of 1 factor's bits per byte; Van Loan init, no "
+             f"scalars; {factors_note}") for n in factors if n > 1]
+    rows += [_compare(
+        f"Adding scalars can during training improve model performance (Sec. 4.4): {n} factor(s), {size_class} class",
+        _values(table6_rows, "wikitext_bpb", seed, factors=n, scalars=True),
+        _values(table6_rows, "wikitext_bpb", seed, factors=n, scalars=False), ("scalars", "none"), "bits/byte",
+        dataset="WikiText-2 test", paper="Table 6 left empty", note="Van Loan init; Table 6 ran one seed", digits=3)
+        for n in factors]
+    return rows
+
+
 def claims(config: KronyConfig, grid: pd.DataFrame, table6_rows: pd.DataFrame, trend: pd.DataFrame) -> pd.DataFrame:
     """The paper's claims, as the paper states them, through :mod:`lmstudy.claims`' rule.
 
@@ -181,37 +219,9 @@ def claims(config: KronyConfig, grid: pd.DataFrame, table6_rows: pd.DataFrame, t
             "old-base study (git tag legacy-old-base) had one such pair, one seed", dataset=dataset,
             paper="no number"))
 
-    # Initialisation, per class (the grid, seed 0).
-    final = grid[grid["model"] == LABELS["krony"]]
-    wordings = {"van_loan": "Van Loan init passes on the pre-training ('VL is not a random initialization', Sec. 5.2)",
-                "prune": "The pruning-based initialization (Sec. 3.4.2) passes on the pre-training"}
-    for size_class in config.classes:
-        for init in [init for init in ("van_loan", "prune") if init in config.inits and "random" in config.inits]:
-            rows.append(_compare(
-                f"{wordings[init]}: beats random init, {size_class} class",
-                _values(final, "wikitext_bpb", seed, **{"class": size_class, "init": init}),
-                _values(final, "wikitext_bpb", seed, **{"class": size_class, "init": "random"}), (init, "random"),
-                "bits/byte", dataset="WikiText-2 test", paper="no number",
-                note="the grid ran seed 0 only (the trend's other seeds are of one init: random has none to pair)"))
-
-    # Table 6: several factors, scalars (seed 0).
-    for n in config.table6_factors:
-        if n > 1:
-            rows.append(_compare(
-                f"Adding multiple factors do not help much (Sec. 4.4): {n} factors vs 1, {config.table6_class} class",
-                _values(table6_rows, "wikitext_bpb", seed, factors=n, scalars=False),
-                _values(table6_rows, "wikitext_bpb", seed, factors=1, scalars=False), (f"{n} factors", "1"),
-                "bits/byte", similar=True, dataset="WikiText-2 test", paper="Table 6 left empty",
-                note=f"equivalence within ± {SIMILAR_PERCENT:g}% of 1 factor's bits per byte; Van Loan init, no "
-                     "scalars; the paper compares 4 factors at 92.2M with its 96M class"))
-    for n in config.table6_factors:
-        rows.append(_compare(
-            f"Adding scalars can during training improve model performance (Sec. 4.4): {n} factor(s), "
-            f"{config.table6_class} class",
-            _values(table6_rows, "wikitext_bpb", seed, factors=n, scalars=True),
-            _values(table6_rows, "wikitext_bpb", seed, factors=n, scalars=False), ("scalars", "none"), "bits/byte",
-            dataset="WikiText-2 test", paper="Table 6 left empty", note="Van Loan init; Table 6 ran one seed",
-            digits=3))
+    rows += init_rows(grid, config.classes, config.inits, seed)
+    rows += table6_claim_rows(table6_rows, config.table6_factors, config.table6_class, seed,
+                              "the paper compares 4 factors at 92.2M with its 96M class")
     rows.append(ClaimRow.not_run(
         "The scalers in the case of 4 factors, no matter what the initialization is, always do converge to around 4 "
         "(Sec. 4.5)", "the archived runs keep metrics and logs, not weights, and the log does not record the scalars; "
@@ -227,3 +237,69 @@ def published_claims() -> pd.DataFrame:
     figures = figures_dir()
     grid, rows6, trend = (pd.read_csv(figures / f"03_krony_{name}.csv") for name in ("grid", "table6", "trend"))
     return claims(KronyConfig(**preset(STUDY_NOTEBOOK, "cpu")), grid, rows6, trend)
+
+
+OUTPERFORMS = "Our {size} model variant outperforms distilgpt2 on all standard language modeling datasets"
+NO_DISTILLATION = "Distillation: empirical evidence shows no benefits compared to only vanilla supervised learning"
+
+
+def smol_claims(central: pd.DataFrame, grid: pd.DataFrame, table6_rows: pd.DataFrame,
+                compare_class: str = "81M") -> pd.DataFrame:
+    """The paper's claims on SmolLM2 (``lmstudy.krony.smol``'s tables: ``central`` with its seeds, ``grid`` and
+    ``table6_rows`` of seed 0), through the same rule and thresholds as :func:`claims`.
+
+    - The central sentence at ``compare_class``: Krony (the init of lowest validation loss at seed 0) against the
+      distilled model, paired by seed, on WikiText-2 (bits per byte) and LAMBADA (target perplexity); at the other
+      classes from the grid (one seed; the paper compares its 81M class only).
+    - "No benefits" of distillation over vanilla supervised learning (an equivalence within ± ``SIMILAR_PERCENT``):
+      the narrowed model trained without the teacher against the distilled one, per class.
+    - Initialisation against random, per class (:func:`init_rows`), and Table 6 (:func:`table6_claim_rows`) at the
+      class of ``table6_rows``.
+    - The scalars converging to 4 with 4 factors: not run (the 81M class's shape takes 3 factors).
+    """
+    rows: list[ClaimRow] = []
+    classes = sorted(set(grid["class"].dropna()) | {compare_class}, key=lambda c: -float(c.rstrip("M")))
+    for size_class in classes:
+        table = central if size_class == compare_class else grid
+        part = table[table["class"] == size_class]
+        seeded = f"{len(set(part['seed']))} seeds, paired" if size_class == compare_class else "seed 0 (the grid)"
+        chosen = best_init(part[part["seed"] == 0], size_class) if (part["model"] == LABELS["krony"]).any() else None
+        sides = {kind: part[(part["model"] == LABELS[kind]) & ((part["init"] == chosen) if kind == "krony" else True)
+                            ].set_index("seed") for kind in ("krony", "distilled", "narrowed")}
+        paper = {"WikiText-2 test": _paper_table4("wikitext2_ppl", "KronyPT-81M-1350", "WikiText-2"),
+                 "LAMBADA": _paper_table4("lambada_ppl", "KronyPT-81M-3950", "LAMBADA")}
+        if size_class != compare_class:
+            paper = {dataset: "the paper compares its 81M class only" for dataset in paper}
+        for dataset, metric, unit, log in (("WikiText-2 test", "wikitext_bpb", "bits/byte", False),
+                                           ("LAMBADA", "lambada_ppl", "target ppl", True)):
+            rows.append(_compare(
+                OUTPERFORMS.format(size=size_class), sides["krony"].get(metric, pd.Series(dtype=float)),
+                sides["distilled"].get(metric, pd.Series(dtype=float)), ("Krony", "distilled"), unit, log=log,
+                value_digits=1 if log else 4, dataset=dataset, paper=paper[dataset],
+                note=f"SmolLM2 compressed to the {size_class} class; Krony init {chosen} (lowest validation loss); "
+                     f"{seeded}; effect: % of distilled's {'log perplexity' if log else 'bits per byte'}"))
+        rows.append(_compare(
+            f"{NO_DISTILLATION}: {size_class} class", sides["narrowed"].get("wikitext_bpb", pd.Series(dtype=float)),
+            sides["distilled"].get("wikitext_bpb", pd.Series(dtype=float)), ("vanilla", "distilled"), "bits/byte",
+            similar=True, dataset="WikiText-2 test", paper="no number",
+            note=f"vanilla: the distilled model's start (narrowed MLPs) trained with cross-entropy alone; {seeded}; "
+                 f"equivalence within ± {SIMILAR_PERCENT:g}% of distilled's bits per byte"))
+    rows += init_rows(grid, classes, ("van_loan", "prune", "random"), 0)
+    table6_class = str(table6_rows["class"].iloc[0]) if len(table6_rows) else compare_class
+    factors = sorted(int(n) for n in table6_rows["factors"].dropna().unique()) if len(table6_rows) else [1]
+    rows += table6_claim_rows(table6_rows, factors, table6_class, 0,
+                              f"SmolLM2's {table6_class} class takes {max(factors)} factors of its shape at most")
+    rows.append(ClaimRow.not_run(
+        "The scalers in the case of 4 factors, no matter what the initialization is, always do converge to around 4 "
+        "(Sec. 4.5)", f"Table 6 on SmolLM2 runs 1-{max(factors)} factors at the {table6_class} class (4 would exceed "
+        "the class's size)", paper="about 4"))
+    return claims_table(rows)
+
+
+def published_smol_claims() -> pd.DataFrame:
+    """``figures/03_krony_smollm2_claims.csv`` (``python -m lmstudy claims 03-smollm2``): :func:`smol_claims` on the
+    committed ``results/krony_smollm2`` tables (a part not run yet gives *not run* rows), nothing trained."""
+    central = pd.read_csv(SMOL_RESULTS / "central.csv")
+    parts = {name: pd.read_csv(SMOL_RESULTS / f"{name}.csv") if (SMOL_RESULTS / f"{name}.csv").is_file()
+             else central.iloc[0:0] for name in ("grid", "table6")}
+    return smol_claims(central, parts["grid"], parts["table6"])

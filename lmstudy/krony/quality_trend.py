@@ -24,11 +24,10 @@ from pathlib import Path
 import pandas as pd
 
 from lmstudy.claims import Spread, claims_table, differences, trend_rows
-from lmstudy.krony.claims import NEGLIGIBLE_PERCENT, percent_ahead
+from lmstudy.krony.claims import NEGLIGIBLE_PERCENT, SMOL_RESULTS, percent_ahead
 from lmstudy.paths import REPO_ROOT
 
 GPU_TABLES = REPO_ROOT / "results" / "gpu" / "2026-11-27-third" / "tables"
-SMOL_RESULTS = REPO_ROOT / "results" / "krony_smollm2"
 CLAIM = ("Our 81M model variant outperforms distilgpt2 (Abstract), from a base of this quality: Krony's WikiText-2 "
          "bits per byte below the distilled model's of the same size")
 

@@ -52,6 +52,7 @@ from lmstudy.krony.llama import (
     compress_llama, llama_classes, llama_compressed_parameter_count, matched_llama_inner, narrow_mlp,
 )
 from lmstudy.krony.model import INITS, KroneckerConfig
+from lmstudy.krony import study_tables
 from lmstudy.krony.runs import protocol_metrics
 from lmstudy.lm_batches import LMTask
 from lmstudy.runs import Run, cached, training_seconds
@@ -348,10 +349,7 @@ def trained_rows(config: SmolKronyConfig, specs: list[ModelSpec], seed: int, des
 def best_init(rows: pd.DataFrame, size_class: str) -> str:
     """The Krony init of ``size_class`` with the lowest validation loss after continued training (seed 0): chosen
     on validation, never on the test sets."""
-    krony = rows[(rows["kind"] == "krony") & (rows["class"] == size_class) & (rows["seed"] == 0)]
-    if krony.empty:
-        raise ValueError(f"no trained Krony model of class {size_class} to choose an init from")
-    return str(krony.loc[krony["best_val_loss"].idxmin(), "init"])
+    return str(study_tables.best_init(rows[rows["seed"] == 0], size_class))
 
 
 def central_table(config: SmolKronyConfig) -> pd.DataFrame:
