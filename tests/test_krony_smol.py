@@ -113,11 +113,12 @@ def test_the_quality_trend_adds_smollm2_from_its_central_table(tmp_path):
 
     without = quality_trend.trend_points(tmp_path)  # no SmolLM2 results yet: the six committed points alone
     assert set(without["setting"]) == {"our base (cpu)", "GPT-2 small dims (GPU)"}
-    rows = [{"kind": "krony", "class": "81M", "init": init, "seed": 0, "best_val_loss": loss, "wikitext_bpb": bpb}
+    rows = [{"model": "Krony", "kind": "krony", "class": "81M", "init": init, "seed": 0, "best_val_loss": loss,
+             "wikitext_bpb": bpb}
             for init, loss, bpb in (("van_loan", 2.0, 1.10), ("prune", 2.1, 0.90), ("random", 3.0, 1.50))]
-    rows += [{"kind": "krony", "class": "81M", "init": "van_loan", "seed": seed, "best_val_loss": 2.0,
-              "wikitext_bpb": 1.10 + seed / 100} for seed in (1, 2)]
-    rows += [{"kind": kind, "class": "81M", "init": None, "seed": seed, "best_val_loss": 2.0,
+    rows += [{"model": "Krony", "kind": "krony", "class": "81M", "init": "van_loan", "seed": seed,
+              "best_val_loss": 2.0, "wikitext_bpb": 1.10 + seed / 100} for seed in (1, 2)]
+    rows += [{"model": kind, "kind": kind, "class": "81M", "init": None, "seed": seed, "best_val_loss": 2.0,
               "wikitext_bpb": 1.00 + seed / 100 + (kind == "narrowed")} for kind in ("distilled", "narrowed")
              for seed in (0, 1, 2)]
     pd.DataFrame(rows).to_csv(tmp_path / "central.csv", index=False)
