@@ -329,7 +329,8 @@ SMOLLM2_KRONY: dict[str, dict] = {
 # 8 x 256 a pass; budgets 50, 100, 200 steps (a quarter, a half and one pass: 102k-410k positions), validation every
 # 50; lr 1e-4 (five times the paper's 2e-5 for a whole GPT-2: four blocks for 200 steps, not all for 1e5); bf16
 # autocast in the training step (evaluation stays fp32, the shared protocol's); 500 LAMBADA passages; the
-# ablations one seed (each costs a GPT2E run). The run spans two stages of about 2.5 hours (docs/study-02).
+# ablations one seed (each costs a GPT2E run); the NER probe on 40 of LitBank's 80 training documents (every dev and
+# test one): its features are an fp32 forward pass of six models. The run spans two stages of about 2.5 hours.
 SMOLLM2_ENTITY: dict[str, dict] = {
     # Seconds: the smoke preset on the fetched SmolLM2 (the tests give a tiny Llama folder as init_from).
     "smoke": dict(init_from="smollm2", entity_top_layers=1, trained_top_layers=1, budgets=[1, 2], eval_every=2,
@@ -337,7 +338,7 @@ SMOLLM2_ENTITY: dict[str, dict] = {
                   timing_steps=2),
     "cpu": dict(init_from="smollm2", entity_top_layers=4, trained_top_layers=4, budgets=[50, 100, 200],
                 eval_every=50, lr=1e-4, warmup_steps=20, seeds=[0, 1, 2], ablation_seeds=[0], mixed_precision="bf16",
-                lambada_examples=500, timing_steps=10),
+                lambada_examples=500, timing_steps=10, ner_train_docs=40),
 }
 
 # The pretrained models a study notebook runs on besides its own base (`python -m lmstudy study NAME --model M`):
