@@ -339,6 +339,9 @@ SMOLLM2_ENTITY: dict[str, dict] = {
     "cpu": dict(init_from="smollm2", entity_top_layers=4, trained_top_layers=4, budgets=[50, 100, 200],
                 eval_every=50, lr=1e-4, warmup_steps=20, seeds=[0, 1, 2], ablation_seeds=[0], mixed_precision="bf16",
                 lambada_examples=500, timing_steps=10, ner_train_docs=40),
+    # A GPU: the paper's full fine-tune (entity sub-layers in all 30 layers, every weight trained) with the study's
+    # paper preset otherwise (budgets 125-2,000 steps of 8 x 512, lr 2e-5, 3 seeds, all of LAMBADA).
+    "paper": dict(init_from="smollm2"),
 }
 
 # The pretrained models a study notebook runs on besides its own base (`python -m lmstudy study NAME --model M`):
