@@ -296,6 +296,11 @@ def smol_continued_run(config: SmolKronyConfig, spec: ModelSpec, seed: int = 0) 
 METRICS = ["wikitext_bpb", "wikitext_ppl", "lambada_acc", "lambada_acc_low", "lambada_acc_high", "lambada_ppl"]
 
 
+def metric_keys(config: SmolKronyConfig) -> list[str]:
+    """The scores a table row carries: :data:`METRICS` and each held-out domain's perplexity and bits per byte."""
+    return METRICS + study_tables.domain_keys(config.domains)
+
+
 def _row(config: SmolKronyConfig, spec: ModelSpec, seed: int, trained: dict | None) -> dict:
     """One model: its size, its scores straight after compression (``before_*``) and, when ``trained`` is
     given, after continued training (with the validation loss of the weights kept: what :func:`best_init` reads)."""
@@ -306,10 +311,10 @@ def _row(config: SmolKronyConfig, spec: ModelSpec, seed: int, trained: dict | No
            "scalars": spec.scalars if spec.kind == "krony" else None, "seed": seed,
            "parameters": initial["parameters"], "size_ratio": initial["parameters"] / base_parameters,
            "paper_ratio": PAPER_RATIOS[spec.size_class],
-           **{f"before_{key}": initial[key] for key in METRICS}}
+           **{f"before_{key}": initial[key] for key in metric_keys(config)}}
     if trained is not None:
         row.update(best_val_loss=trained["best_val_loss"], finetune_tokens=trained["finetune_tokens"],
-                   train_seconds=trained["train_seconds"], **{key: trained[key] for key in METRICS})
+                   train_seconds=trained["train_seconds"], **{key: trained[key] for key in metric_keys(config)})
     return row
 
 
@@ -317,7 +322,8 @@ def base_row(config: SmolKronyConfig) -> dict:
     """The uncompressed model as a table row (its scores as both ``before_*`` and after: it is not trained)."""
     metrics = smol_base_metrics(config)
     return {"model": config.init_from, "kind": "base", "parameters": metrics["parameters"], "size_ratio": 1.0,
-            **{f"before_{key}": metrics[key] for key in METRICS}, **{key: metrics[key] for key in METRICS}}
+            **{f"before_{key}": metrics[key] for key in metric_keys(config)},
+            **{key: metrics[key] for key in metric_keys(config)}}
 
 
 def compressed_table(config: SmolKronyConfig) -> pd.DataFrame:
@@ -379,5 +385,5 @@ def table6(config: SmolKronyConfig, init: str = "van_loan") -> pd.DataFrame:
 
 __all__ = ["SMOL_KINDS", "STUDY", "SmolKronyConfig", "base_row", "best_init", "central_specs", "central_table",
            "class_configs", "class_specs", "compressed_table", "continued_identity", "dense_inner", "grid_table",
-           "initial_model", "krony_spec", "smol_base_metrics", "smol_config", "smol_continued_run",
+           "initial_model", "krony_spec", "metric_keys", "smol_base_metrics", "smol_config", "smol_continued_run",
            "smol_initial_metrics", "table6", "trained_rows"]

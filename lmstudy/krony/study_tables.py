@@ -18,11 +18,16 @@ METRICS = ["wikitext_bpb", "wikitext_ppl", "wikitext_ppl_word", "lambada_acc", "
            "lambada_ppl"]
 
 
+def domain_keys(domains: list | None) -> list[str]:
+    """Each held-out domain's perplexity and bits-per-byte keys (``domains`` None: all of the protocol's)."""
+    return [f"{domain}_{unit}" for domain in (eval_domains() if domains is None else domains)
+            for unit in ("ppl", "bpb")]
+
+
 def _row(config: KronyConfig, spec: ModelSpec, initial: dict, trained: dict, base_parameters: int) -> dict:
     """One table row: the model, its size, its scores before (``before_*``) and after continued training, and
     each held-out domain's perplexity and bits per byte after. ``best_val_loss``: the validation loss (nats per
     token, the base's validation stream) of the weights kept, what :func:`best_init` chooses by."""
-    domains = eval_domains() if config.domains is None else config.domains
     krony = spec.kind == "krony"
     return {"model": LABELS[spec.kind], "class": spec.size_class, "init": spec.init,
             "factors": spec.n_factors if krony else None, "scalars": spec.scalars if krony else None,
@@ -30,7 +35,7 @@ def _row(config: KronyConfig, spec: ModelSpec, initial: dict, trained: dict, bas
             "size_ratio": trained["parameters"] / base_parameters, "paper_ratio": PAPER_RATIOS[spec.size_class],
             **{f"before_{key}": initial[key] for key in ("wikitext_bpb", "wikitext_ppl", "lambada_acc")},
             "best_val_loss": trained["best_val_loss"], **{key: trained[key] for key in METRICS},
-            **{f"{d}_{unit}": trained[f"{d}_{unit}"] for d in domains for unit in ("ppl", "bpb")}}
+            **{key: trained[key] for key in domain_keys(config.domains)}}
 
 
 def base_table(config: KronyConfig) -> pd.DataFrame:
