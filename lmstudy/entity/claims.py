@@ -200,21 +200,27 @@ def trend_claims(trend: pd.DataFrame) -> list[ClaimRow]:
     ]
 
 
-PUBLISHED_INPUTS = {"runs": "02_entity_runs.csv", "times": "02_entity_step_time.csv",
-                    "similarity": "02_entity_similarity_seeds.csv", "ner": "02_entity_ner.csv",
-                    "trend": "02_entity_trend.csv", "ablations": "02_entity_ablation_runs.csv"}
+PUBLISHED_INPUTS = {"runs": "runs.csv", "times": "step_time.csv", "similarity": "similarity_seeds.csv",
+                    "ner": "ner.csv", "trend": "trend.csv", "ablations": "ablation_runs.csv"}
 
 
-def published_inputs() -> dict[str, pd.DataFrame]:
-    """The committed per-seed tables of the published (cpu) run, as the notebook wrote them (figures/)."""
-    return {name: pd.read_csv(figures_dir() / filename) for name, filename in PUBLISHED_INPUTS.items()}
+def published_inputs(prefix: str = "02_entity_") -> dict[str, pd.DataFrame]:
+    """The committed per-seed tables of a published (cpu) run, as the notebook wrote them (figures/, each name
+    after ``prefix``: :func:`lmstudy.entity.config.figure_prefix`)."""
+    return {name: pd.read_csv(figures_dir() / f"{prefix}{filename}") for name, filename in PUBLISHED_INPUTS.items()}
 
 
-def published_claims() -> pd.DataFrame:
+def published_claims(prefix: str = "02_entity_") -> pd.DataFrame:
     """The published claims table (``figures/02_entity_claims.csv``, ``python -m lmstudy claims 02``): :func:`claims`
     on the committed per-seed tables; no training, no model loaded."""
-    inputs = published_inputs()
+    inputs = published_inputs(prefix)
     return claims(inputs["runs"], inputs["times"], inputs["similarity"], inputs["ner"], inputs["trend"])
+
+
+def published_smol_claims() -> pd.DataFrame:
+    """The claims on SmolLM2 (``figures/02_entity_smollm2_claims.csv``, ``python -m lmstudy claims 02-smollm2``):
+    :func:`published_claims` on the tables of ``python -m lmstudy study 02_entity_transformer --model smollm2``."""
+    return published_claims("02_entity_smollm2_")
 
 
 def published_ablation() -> pd.DataFrame:
