@@ -44,7 +44,7 @@ import pandas as pd
 import torch
 from tqdm.auto import tqdm
 
-from lmstudy.evaluation import EvalConfig
+from lmstudy.evaluation import EvalConfig, eval_domains
 from lmstudy.krony.classes import CLASSES, PAPER_RATIOS
 from lmstudy.krony.config import LABELS, ModelSpec
 from lmstudy.krony.distillation import DistillTask
@@ -383,7 +383,15 @@ def table6(config: SmolKronyConfig, init: str = "van_loan") -> pd.DataFrame:
     return pd.DataFrame(trained_rows(config, specs, config.seeds[0], "Table 6"))
 
 
+def domain_table(rows: pd.DataFrame) -> pd.DataFrame:
+    """Each held-out domain's bits per byte after continued training, mean and std over seeds per model and init
+    (the rows of :func:`central_table` or another table of trained models)."""
+    columns = [column for column in rows if column.endswith("_bpb") and not column.startswith("before_")
+               and column[: -len("_bpb")] in eval_domains()]
+    return rows.groupby(["model", "init"], dropna=False, sort=False)[columns].agg(["mean", "std"])
+
+
 __all__ = ["SMOL_KINDS", "STUDY", "SmolKronyConfig", "base_row", "best_init", "central_specs", "central_table",
-           "class_configs", "class_specs", "compressed_table", "continued_identity", "dense_inner", "grid_table",
+           "class_configs", "class_specs", "compressed_table", "continued_identity", "dense_inner", "domain_table", "grid_table",
            "initial_model", "krony_spec", "metric_keys", "smol_base_metrics", "smol_config", "smol_continued_run",
            "smol_initial_metrics", "table6", "trained_rows"]
