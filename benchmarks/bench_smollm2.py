@@ -41,6 +41,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from unittest import mock
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the sibling benchmarks
 
@@ -196,7 +197,7 @@ def app_row(args, name: str) -> dict:
 
     if args.quick:
         model, tokenizer = load_model(True)
-        name = tempfile.mkdtemp(prefix="bench_smollm2_model_")
+        name = str(args.scratch / "tiny-llama")
         model.save_pretrained(name)
         tokenizer.save_pretrained(name)
     with socket.socket() as probe:
@@ -287,9 +288,17 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 
 def main(argv=None) -> list[dict]:
-    os.environ.setdefault("TQDM_DISABLE", "1")
-    os.environ.setdefault("LMSTUDY_RUNS", tempfile.mkdtemp(prefix="bench_smollm2_"))  # train()'s runs, deleted
     args = parse_args(argv)
+    # One scratch folder for everything this run writes (train()'s runs, --quick's app model), deleted at the end;
+    # the environment is restored too, so that a caller (the test suite) keeps its own LMSTUDY_RUNS.
+    with tempfile.TemporaryDirectory(prefix="bench_smollm2_") as scratch, mock.patch.dict(os.environ, {
+            "TQDM_DISABLE": os.environ.get("TQDM_DISABLE", "1"), "LMSTUDY_RUNS": os.environ.get("LMSTUDY_RUNS", scratch)}):
+        args.scratch = Path(scratch)
+        return measure(args)
+
+
+def measure(args) -> list[dict]:
+    """Every part of ``args.parts``: printed as a table and written to ``--out`` (the default file unless --quick)."""
     torch.set_num_threads(args.threads)
     rows = peak(args)
     fp32_peak = rows[0]["gflops"]

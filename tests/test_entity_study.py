@@ -318,7 +318,10 @@ def _tiny_tokenizer():
 
 
 def test_export_writes_a_hugging_face_folder_that_reloads_with_its_config_class(tmp_path, monkeypatch):
-    monkeypatch.setenv("LMSTUDY_RUNS", str(tmp_path / "runs"))
+    from conftest import runs_sharing_corpus_caches
+
+    # the run's identity names the pretraining text's split (shingles of every corpus): the suite's cache, built once
+    monkeypatch.setenv("LMSTUDY_RUNS", str(runs_sharing_corpus_caches(tmp_path / "runs")))
     tokenizer = _tiny_tokenizer()
     base = GPT2LMHeadModel(GPT2Config(vocab_size=len(tokenizer), n_positions=16, n_embd=16, n_layer=2, n_head=2))
     model = initial_model(base, "GPT2E learned init", seed=0)
