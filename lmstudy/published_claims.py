@@ -51,6 +51,8 @@ PUBLISHED = {table.study: table for table in (
                    "Welch et al. 2020, Tables 2-7 and Figure 1"),
     PublishedTable("02", "lmstudy.entity.claims:published_claims", "02_entity_claims.csv",
                    "Stylianou & Vlahavas 2020, Entity-Transformers"),
+    PublishedTable("02-smollm2", "lmstudy.entity.claims:published_smol_claims", "02_entity_smollm2_claims.csv",
+                   "Stylianou & Vlahavas 2020, Entity-Transformers on SmolLM2-135M (top 4 layers)"),
     PublishedTable("03", "lmstudy.krony.claims:published_claims", "03_krony_claims.csv",
                    "Krony-PT 2024"),
     PublishedTable("03-smollm2", "lmstudy.krony.claims:published_smol_claims", "03_krony_smollm2_claims.csv",

@@ -264,18 +264,19 @@ def test_ablation_table_compares_each_variant_with_gpt2e_paired_by_seed():
 def test_the_published_tables_are_rebuilt_from_the_committed_files():
     """The committed ablation table is ablation_table's on the committed runs, the per-seed Table 4 CSV is the
     archived similarity runs', and its summary is the committed Table 4 (nothing retrained)."""
+    from lmstudy.entity.claims import published_ablation
     from lmstudy.paths import figures_dir
 
     figures = figures_dir()
-    committed = pd.read_csv(figures / "02_entity_ablation.csv")
-    from lmstudy.entity.claims import published_ablation
-
-    rebuilt = pd.read_csv(__import__("io").StringIO(published_ablation().to_csv(index=False)))
-    pd.testing.assert_frame_equal(committed, rebuilt)
-    seeds = similarity.archived_similarity_seeds()
-    pd.testing.assert_frame_equal(pd.read_csv(figures / "02_entity_similarity_seeds.csv"), seeds)
-    summary = pd.read_csv(figures / "02_entity_similarity.csv", header=[0, 1], index_col=[0, 1])
-    assert similarity.similarity_summary(seeds).to_numpy() == pytest.approx(summary.to_numpy(), abs=1e-12)
+    for prefix in ("02_entity_", "02_entity_smollm2_"):  # our base's, SmolLM2's
+        committed = pd.read_csv(figures / f"{prefix}ablation.csv")
+        rebuilt = pd.read_csv(__import__("io").StringIO(published_ablation(prefix).to_csv(index=False)))
+        pd.testing.assert_frame_equal(committed, rebuilt)
+    for prefix, init_from in (("02_entity_", None), ("02_entity_smollm2_", "smollm2")):
+        seeds = similarity.archived_similarity_seeds(init_from=init_from)
+        pd.testing.assert_frame_equal(pd.read_csv(figures / f"{prefix}similarity_seeds.csv"), seeds)
+        summary = pd.read_csv(figures / f"{prefix}similarity.csv", header=[0, 1], index_col=[0, 1])
+        assert similarity.similarity_summary(seeds).to_numpy() == pytest.approx(summary.to_numpy(), abs=1e-12)
     runs = pd.concat([pd.read_csv(figures / "02_entity_runs.csv"), pd.read_csv(figures / "02_entity_ablation_runs.csv")])
     assert len(runs.drop_duplicates(["model", "seed"])) == 12 and set(runs["best_step"]) == {420}  # README's count
 

@@ -223,7 +223,7 @@ def published_smol_claims() -> pd.DataFrame:
     return published_claims("02_entity_smollm2_")
 
 
-def published_ablation() -> pd.DataFrame:
-    """The published ablation table (``figures/02_entity_ablation.csv``): :func:`ablation_table` on the committed
-    ``figures/02_entity_ablation_runs.csv``."""
-    return ablation_table(published_inputs()["ablations"])
+def published_ablation(prefix: str = "02_entity_") -> pd.DataFrame:
+    """The published ablation table (``figures/02_entity_ablation.csv``; SmolLM2's with ``prefix``
+    ``"02_entity_smollm2_"``): :func:`ablation_table` on the committed ``figures/<prefix>ablation_runs.csv``."""
+    return ablation_table(published_inputs(prefix)["ablations"])

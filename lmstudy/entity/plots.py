@@ -56,9 +56,10 @@ def plot_trends_beside(trends: dict[str, pd.DataFrame], title: str = ""):
     import matplotlib.pyplot as plt
 
     figure, axes = plt.subplots(1, len(trends), figsize=(6.5 * len(trends), 4), squeeze=False)
-    for axis, (name, trend) in zip(axes[0], trends.items()):
-        gap_trend(relative_trend_gaps(trend), "tokens", GAP_LABELS, xlabel="fine-tuning tokens",
-                  ylabel="test ppl difference, % of GPT2's (< 0: better)", title=name, axis=axis)
+    for index, (axis, (name, trend)) in enumerate(zip(axes[0], trends.items())):
+        ylabel = "test ppl difference, % of GPT2's (< 0: better)" if index == 0 else ""  # one label: panels abut
+        gap_trend(relative_trend_gaps(trend), "tokens", GAP_LABELS, xlabel="fine-tuning tokens", ylabel=ylabel,
+                  title=name, axis=axis)
     figure.suptitle(title)
     figure.tight_layout()
     return figure

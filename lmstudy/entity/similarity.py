@@ -70,15 +70,16 @@ def similarity_seeds(config: EntityStudyConfig) -> pd.DataFrame:
     return pd.DataFrame([{"seed": seed, **row} for seed in config.seeds for row in similarity_run(config, seed)["rows"]])
 
 
-def archived_similarity_seeds(archive: Path | None = None) -> pd.DataFrame:
+def archived_similarity_seeds(archive: Path | None = None, init_from: str | None = None) -> pd.DataFrame:
     """:func:`similarity_seeds` read from the archived similarity runs (``results/runs/02_entity_shared``, stage
     ``similarity``: their ``metrics.json``), without the run cache or any model: how
-    ``figures/02_entity_similarity_seeds.csv`` was derived for runs made before the notebook wrote it."""
+    ``figures/02_entity_similarity_seeds.csv`` was derived for runs made before the notebook wrote it.
+    ``init_from``: the runs on that fetched model (``"smollm2"``); None: those on our own base."""
     archive = Path(archive) if archive is not None else REPO_ROOT / "results" / "runs" / STUDY
     rows = []
     for config_file in sorted(archive.glob("*/config.json")):
         run_config = json.loads(config_file.read_text(encoding="utf-8"))
-        if run_config.get("stage") == "similarity":
+        if run_config.get("stage") == "similarity" and run_config["base"].get("init_from") == init_from:
             metrics = json.loads((config_file.parent / "metrics.json").read_text(encoding="utf-8"))
             rows += [{"seed": run_config["seed"], **row} for row in metrics["rows"]]
     return pd.DataFrame(rows).sort_values("seed", kind="stable").reset_index(drop=True)
