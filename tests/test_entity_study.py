@@ -268,11 +268,10 @@ def test_the_published_tables_are_rebuilt_from_the_committed_files():
     from lmstudy.paths import figures_dir
 
     figures = figures_dir()
-    for prefix in ("02_entity_", "02_entity_smollm2_"):  # our base's, SmolLM2's
+    for prefix, init_from in (("02_entity_", None), ("02_entity_smollm2_", "smollm2")):  # our base's, SmolLM2's
         committed = pd.read_csv(figures / f"{prefix}ablation.csv")
         rebuilt = pd.read_csv(__import__("io").StringIO(published_ablation(prefix).to_csv(index=False)))
         pd.testing.assert_frame_equal(committed, rebuilt)
-    for prefix, init_from in (("02_entity_", None), ("02_entity_smollm2_", "smollm2")):
         seeds = similarity.archived_similarity_seeds(init_from=init_from)
         pd.testing.assert_frame_equal(pd.read_csv(figures / f"{prefix}similarity_seeds.csv"), seeds)
         summary = pd.read_csv(figures / f"{prefix}similarity.csv", header=[0, 1], index_col=[0, 1])
