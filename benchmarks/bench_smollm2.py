@@ -291,10 +291,12 @@ def main(argv=None) -> list[dict]:
     args = parse_args(argv)
     # One scratch folder for everything this run writes (train()'s runs, --quick's app model), deleted at the end;
     # the environment is restored too, so that a caller (the test suite) keeps its own LMSTUDY_RUNS.
-    with tempfile.TemporaryDirectory(prefix="bench_smollm2_") as scratch, mock.patch.dict(os.environ, {
-            "TQDM_DISABLE": os.environ.get("TQDM_DISABLE", "1"), "LMSTUDY_RUNS": os.environ.get("LMSTUDY_RUNS", scratch)}):
+    with tempfile.TemporaryDirectory(prefix="bench_smollm2_") as scratch:
+        environment = {"TQDM_DISABLE": os.environ.get("TQDM_DISABLE", "1"),
+                       "LMSTUDY_RUNS": os.environ.get("LMSTUDY_RUNS", scratch)}
         args.scratch = Path(scratch)
-        return measure(args)
+        with mock.patch.dict(os.environ, environment):
+            return measure(args)
 
 
 def measure(args) -> list[dict]:

@@ -392,6 +392,6 @@ def domain_table(rows: pd.DataFrame) -> pd.DataFrame:
 
 
 __all__ = ["SMOL_KINDS", "STUDY", "SmolKronyConfig", "base_row", "best_init", "central_specs", "central_table",
-           "class_configs", "class_specs", "compressed_table", "continued_identity", "dense_inner", "domain_table", "grid_table",
-           "initial_model", "krony_spec", "metric_keys", "smol_base_metrics", "smol_config", "smol_continued_run",
+           "class_configs", "class_specs", "compressed_table", "continued_identity", "dense_inner", "domain_table",
+           "grid_table", "initial_model", "krony_spec", "metric_keys", "smol_base_metrics", "smol_config", "smol_continued_run",
            "smol_initial_metrics", "table6", "trained_rows"]
